@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Run every benchmark present (tokenize, loader, stage) and write each one's markdown table to
+# bench/results/<name>.md; docs/benchmarks.md quotes those tables.
+#
+# Usage: bench/run_all.sh [--quick]        extra arguments go to every script
+#        PYTHON=/path/to/python bench/run_all.sh
+# The datatrove comparison in bench/tokenize.py needs bench/setup_datatrove.sh to have run once.
+# Benchmarks load every core: run them on an otherwise idle machine.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PY="${PYTHON:-python}"
+mkdir -p bench/results
+status=0
+for name in tokenize loader stage; do
+    script="bench/$name.py"
+    if [ ! -f "$script" ]; then
+        echo "run_all: $script not present, skipped" >&2
+        continue
+    fi
+    echo "run_all: $PY $script $*" >&2
+    if "$PY" "$script" "$@" > "bench/results/.$name.md.tmp"; then
+        mv "bench/results/.$name.md.tmp" "bench/results/$name.md"
+        echo "run_all: wrote bench/results/$name.md" >&2
+    else
+        echo "run_all: $script failed (exit $?); bench/results/$name.md left as it was" >&2
+        rm -f "bench/results/.$name.md.tmp"
+        status=1
+    fi
+done
+exit $status

@@ -1,0 +1,60 @@
+"""``shardprep doctor``: check this machine, the tokenizer and the data before submitting a job."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+NAME = "doctor"
+HELP = "check tokenizer, CPUs, memory, output file system, free space, Slurm and environment before a job"
+DESCRIPTION = """Run every check and print a verdict (ok / warn / fail) with the fix for each.
+
+fail: the job would fail (exit status: 6 tokenizer, 3 input, 8 environment: the first failing check wins).
+warn: the job would run, but slower or less conveniently than it could (exit 0).
+The tokenizer speed is measured on one core, on the first documents of --input (or generated text).
+--json prints the report as one JSON object (schema: docs/doctor.md)."""
+
+_MARK = {"ok": " ok ", "warn": "WARN", "fail": "FAIL"}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--tokenizer", "-t", required=True, metavar="SPEC",
+                   help="tokenizer.json file, directory with tokenizer files, or hub id (as for submit)")
+    p.add_argument("--output", "-o", required=True, metavar="DIR", help="where the shards will go (need not exist)")
+    p.add_argument("--input", "-i", action="append", default=[], metavar="PATH",
+                   help="the job's inputs (as for submit; repeatable): checked, sampled for speed, and used to "
+                        "estimate the output size")
+    p.add_argument("--text-field", default="text", help="jsonl key / parquet or arrow column holding the text")
+    p.add_argument("--executor", choices=("local", "slurm", "submitit"), default=None,
+                   help="the executor you will use; with slurm or submitit a missing or unreachable Slurm is a "
+                        "failure, otherwise a warning")
+    p.add_argument("--json", action="store_true", help="print the report as JSON (schema in docs/doctor.md)")
+
+
+def _print_text(report) -> None:
+    width = max(len(c.name) for c in report.checks)
+    for c in report.checks:
+        print(f"[{_MARK[c.verdict]}] {c.name:<{width}}  {c.message}")
+        if c.fix:
+            print(f"       {'':<{width}}  fix: {c.fix}")
+    s = report.to_dict()["summary"]
+    print(f"\n{s['ok']} ok, {s['warn']} warning(s), {s['fail']} failure(s)"
+          + ("" if not s["fail"] else f"; exit status {report.exit_code}"))
+
+
+def run(args: argparse.Namespace) -> int:
+    import orjson
+
+    from shardprep.doctor import run_doctor
+    from shardprep.resources import set_tokenizer_threads
+
+    environ = dict(os.environ)     # what the user has set, before the speed test pins one thread
+    set_tokenizer_threads(1)
+    report = run_doctor(args.tokenizer, args.output, args.input, text_field=args.text_field,
+                        executor=args.executor, environ=environ)
+    if args.json:
+        sys.stdout.write(orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        _print_text(report)
+    return report.exit_code

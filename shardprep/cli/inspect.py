@@ -1,0 +1,64 @@
+"""``shardprep inspect``: summarise one shard and decode a few documents."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import orjson
+
+from shardprep.errors import InputDataError
+from shardprep.shard.format import TOKENIZER_FILE
+from shardprep.shard.reader import walk_tar
+
+NAME = "inspect"
+HELP = "print a shard's summary and decode its first documents"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("shard", metavar="SHARD", help="path to shard-NNNNN.tar")
+    p.add_argument("--decode", type=int, default=0, metavar="N", help="decode and print the first N documents")
+    p.add_argument("--tokenizer", default=None,
+                   help="tokenizer.json for decoding (default: the frozen one beside the shard)")
+    p.add_argument("--max-chars", type=int, default=300, help="truncate each decoded document to this many characters")
+
+
+def run(args: argparse.Namespace) -> int:
+    path = Path(args.shard)
+    if not path.is_file():
+        raise InputDataError(f"shard {path} does not exist")
+    sidecar_path = path.with_suffix(".json")
+    sidecar = orjson.loads(sidecar_path.read_bytes()) if sidecar_path.is_file() else None
+    docs: list[np.ndarray] = []
+    samples = n_docs = n_tokens = 0
+    try:
+        for s in walk_tar(path):
+            samples += 1
+            n_docs += int(s.lengths.size)
+            n_tokens += int(s.tokens.size)
+            if len(docs) < args.decode:
+                docs.extend(s.documents()[: args.decode - len(docs)])
+    except Exception as e:
+        raise InputDataError(f"{path}: not a readable shard: {e}") from None
+    size = path.stat().st_size
+    print(f"{path}: {size:,} bytes, {samples} sample(s), {n_docs:,} documents, {n_tokens:,} tokens")
+    if sidecar:
+        itemsize = 2 if sidecar["dtype"] == "uint16" else 4
+        print(f"  layout {sidecar['layout']}, dtype {sidecar['dtype']}, {size / max(1, n_tokens * itemsize):.3f}x raw "
+              f"token bytes, sha256 {sidecar['sha256'][:16]}..., backend {sidecar['backend'].get('name')}")
+        skipped = {k: v for k, v in sidecar["skipped"].items() if v}
+        print(f"  skipped: {skipped or 'none'}")
+        for ex in sidecar.get("skipped_examples", [])[:5]:
+            print(f"    {ex['reason']}: {ex['file']}:{ex['line'] if ex['line'] is not None else '@' + str(ex.get('byte'))}")
+    if docs:
+        from tokenizers import Tokenizer
+
+        tok_path = Path(args.tokenizer) if args.tokenizer else path.parent / TOKENIZER_FILE
+        tok = Tokenizer.from_file(str(tok_path))
+        for i, d in enumerate(docs):
+            text = tok.decode(d.tolist(), skip_special_tokens=False)
+            if len(text) > args.max_chars:
+                text = text[: args.max_chars] + "..."
+            print(f"--- document {i} ({d.size} tokens)\n{text}")
+    return 0

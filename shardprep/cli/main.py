@@ -1,0 +1,81 @@
+"""Root of the ``shardprep`` command line.
+
+Each command lives in its own module under ``shardprep.cli`` and exposes ``NAME``, ``HELP``,
+``add_arguments(parser)`` and ``run(args) -> int``.  This module only wires them up and owns the single
+error boundary: a ``ShardprepError`` becomes one line on stderr and its exit code; anything else is a bug
+and keeps its traceback (exit 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from typing import Sequence
+
+from shardprep import __version__
+from shardprep.errors import ShardprepError
+
+# Module names under shardprep.cli, in the order `shardprep --help` lists them.
+COMMANDS: tuple[str, ...] = (
+    "submit",
+    "plan",
+    "status",
+    "finalize",
+    "verify",
+    "inspect",
+    "demo",
+    "export_hf",
+    "doctor",
+    "stage",
+    "upload",
+    "run_task",
+)
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Shows every option's default and keeps description paragraphs as written."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="shardprep",
+        description="Tokenize raw text into WebDataset shards with a Slurm job array, and load them for DDP.",
+        formatter_class=HelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"shardprep {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for mod_name in COMMANDS:
+        mod = importlib.import_module(f"shardprep.cli.{mod_name}")
+        p = sub.add_parser(mod.NAME, help=mod.HELP, description=getattr(mod, "DESCRIPTION", mod.HELP),
+                           formatter_class=HelpFormatter)
+        mod.add_arguments(p)
+        p.set_defaults(_run=mod.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        return int(args._run(args) or 0)
+    except ShardprepError as e:
+        print(f"shardprep {args.command}: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print(f"shardprep {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

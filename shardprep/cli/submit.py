@@ -1,0 +1,74 @@
+"""``shardprep submit``: plan (or reload the frozen plan with --resume) and launch the tasks."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from shardprep.cli._options import add_plan_arguments, plan_from_args
+from shardprep.errors import ConfigError
+from shardprep.executor import EXECUTORS, make_executor
+from shardprep.executor.slurm_options import add_slurm_arguments
+from shardprep.jobstate import format_array_ranges, job_state, load_job
+from shardprep.fsutil import read_json
+from shardprep.shard.format import INDEX_FILE, TOKENIZER_FILE
+from shardprep.tokenizer.load import check_frozen_tokenizer
+
+NAME = "submit"
+HELP = "plan and run/submit the tokenize tasks (local process pool, sbatch array or submitit)"
+DESCRIPTION = """Plan the job into OUTPUT (job.json), then run the missing tasks with the chosen executor and
+finalize (index.json).  Re-running the same command skips finished shards; `--resume OUTPUT` continues a
+frozen plan without re-specifying it."""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_plan_arguments(p, required=False)
+    g = p.add_argument_group("execution")
+    g.add_argument("--executor", choices=EXECUTORS, default=None,
+                   help="local: process pool here; slurm: sbatch job array; submitit: submitit on Slurm "
+                        "(default: local, or with --resume the executor of the last Slurm submission)")
+    g.add_argument("--resume", metavar="DIR", default=None,
+                   help="continue the frozen plan in DIR: launch exactly its missing tasks (refuses if the plan "
+                        "or tokenizer changed)")
+    g.add_argument("--dry-run", action="store_true", help="plan and show what would run; run/submit nothing")
+    g.add_argument("--workers", type=int, default=None,
+                   help="local executor: parallel task processes (default: usable CPUs)")
+    g.add_argument("--no-finalize", action="store_true", help="do not write index.json after the tasks")
+    g.add_argument("--no-progress", action="store_true", help="local executor: no progress bar")
+    add_slurm_arguments(p)
+
+
+def _resume(args: argparse.Namespace) -> tuple[Path, dict]:
+    output = Path(args.resume)
+    if args.output and Path(args.output) != output:
+        raise ConfigError(f"--output {args.output} and --resume {args.resume} name different directories")
+    job = load_job(output)
+    check_frozen_tokenizer((output / TOKENIZER_FILE).read_text(encoding="utf-8"), job["tokenizer"],
+                           output / TOKENIZER_FILE)
+    if args.input or args.tokenizer:  # a full command line was given as well: it must match the frozen plan
+        args.output = str(output)
+        _, job = plan_from_args(args)  # raises PlanConflictError on any difference
+    return output, job
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.resume:
+        output, job = _resume(args)
+    else:
+        if not args.output:
+            raise ConfigError("--output is required (or --resume DIR)")
+        _, job = plan_from_args(args)
+        output = Path(args.output)
+    state = job_state(output, job)
+    todo = state.missing
+    print(f"{output}: {state.n_tasks} task(s), {len(state.done)} done, to run: {format_array_ranges(todo) or 'none'}")
+    report = make_executor(args.executor, args).launch(output, todo, dry_run=args.dry_run)
+    for script in report.scripts:
+        print(script)
+    if report.job_ids:
+        print(f"submitted job(s): {', '.join(report.job_ids)}")
+    if report.finalized:
+        t = read_json(output / INDEX_FILE)["totals"]
+        print(f"done: {t['shards']} shard(s), {t['documents']:,} documents, {t['tokens']:,} tokens, "
+              f"{t['bytes']:,} bytes, {sum(t['skipped'].values()):,} skipped")
+    return 0

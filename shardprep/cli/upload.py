@@ -1,0 +1,50 @@
+"""``shardprep upload SRC_DIR s3://bucket/prefix/``: publish finished shards to S3, index last."""
+
+from __future__ import annotations
+
+import argparse
+
+from shardprep.cli._transfer import add_transfer_arguments, finish, print_dry_run
+from shardprep.staging.s3client import client_options_from_args, make_client
+
+NAME = "upload"
+HELP = "upload an output directory (shards, sidecars, index.json last) to an S3 prefix"
+DESCRIPTION = """\
+Upload every non-hidden file under SRC_DIR to the S3 prefix, keeping relative paths.
+
+Each upload carries an integrity checksum that S3 verifies (per part for multipart uploads).  Objects
+already present with provably identical bytes (same size and ETag/checksum) are skipped.  index.json is
+uploaded last and only when everything else succeeded, so readers never see an index pointing at missing
+shards.  Credentials come from the standard AWS chain, never the command line.
+
+Exit codes: 0 all uploaded; 2 bad option; 3 SRC_DIR missing or empty; 7 some uploads failed.
+"""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from shardprep.staging.upload import CHECKSUM_ALGORITHMS
+
+    p.add_argument("source", metavar="SRC_DIR", help="directory to upload (e.g. a finished shardprep output)")
+    p.add_argument("dest", metavar="s3://BUCKET/PREFIX/", help="destination prefix (treated as a directory)")
+    add_transfer_arguments(p, what="files (relative paths, e.g. 'logs/*')", concurrency=16,
+                           part_help="files at least this big go up as multipart uploads with parts of this size")
+    p.add_argument("--checksum-algorithm", choices=CHECKSUM_ALGORITHMS, default="CRC32",
+                   help="integrity checksum S3 verifies on every request and part")
+
+
+def run(args: argparse.Namespace) -> int:
+    from shardprep.staging.upload import UploadOptions, plan_upload, run_upload
+
+    options = UploadOptions(
+        source=args.source, dest=args.dest, include=tuple(args.include), exclude=tuple(args.exclude),
+        concurrency=args.concurrency, multipart_threshold=args.part_size, multipart_chunksize=args.part_size,
+        checksum_algorithm=args.checksum_algorithm, progress=args.progress,
+        client=client_options_from_args(args, concurrency=args.concurrency),
+    )
+    client = make_client(options.client)
+    plan = plan_upload(options, client)
+    if args.dry_run:
+        moves = [(i.size, str(i.path), f"s3://{plan.bucket}/{i.key}") for i in plan.todo]
+        return print_dry_run(moves, verb="upload", noun="files", skipped=len(plan.skipped),
+                             skipped_as="already identical", as_json=args.json)
+    return finish(run_upload(options, client, plan), as_json=args.json)

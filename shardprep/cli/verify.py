@@ -1,0 +1,29 @@
+"""``shardprep verify``: re-hash and re-parse every shard; non-zero exit naming each bad shard."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from shardprep.errors import EXIT_INCOMPLETE
+from shardprep.verify import verify
+
+NAME = "verify"
+HELP = "re-hash and re-parse every shard against index.json; exit 5 naming each bad shard"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("output", metavar="OUTPUT", help="finalized output directory (holding index.json)")
+    p.add_argument("--workers", type=int, default=4, help="shards checked in parallel")
+
+
+def run(args: argparse.Namespace) -> int:
+    bad = verify(Path(args.output), workers=args.workers)
+    for check in bad:
+        print(f"BAD {check.name}: {'; '.join(check.problems)}", file=sys.stderr)
+    if bad:
+        print(f"{len(bad)} bad shard(s) in {args.output}", file=sys.stderr)
+        return EXIT_INCOMPLETE
+    print(f"{args.output}: all shards verified")
+    return 0

@@ -1,0 +1,226 @@
+"""Slurm options of ``shardprep submit`` as one frozen, validated value.
+
+Both Slurm executors (sbatch and submitit) and the stage job read the same :class:`SlurmOptions`, so
+an option means the same thing whichever way the work is submitted.  Every value is checked when the
+object is built and an error names the command-line option, the value and the expected form: a typo in
+``--time`` should fail on the login node, not as a rejected job an hour later.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from shardprep.errors import ConfigError
+
+DEFAULT_SIGNAL_SECONDS = 120
+DEFAULT_JOB_NAME = "shardprep"
+
+# sbatch options the executors set themselves; accepting them in --sbatch-extra would silently break
+# task numbering, log locations, the environment or the finalize dependency.
+RESERVED_SBATCH_OPTIONS = frozenset({
+    "--array", "-a", "--output", "-o", "--error", "-e", "--dependency", "-d", "--export", "--parsable",
+    "--wrap", "--requeue", "--no-requeue", "--signal", "--open-mode", "--kill-on-invalid-dep",
+    "--job-name", "-J", "--cpus-per-task", "-c", "--partition", "-p", "--account", "-A", "--qos", "-q",
+    "--time", "-t", "--mem", "--constraint", "-C", "--nodes", "-N", "--ntasks", "-n",
+})
+
+_SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.,:@+=/%|&!*()\[\]\-]+$")   # no spaces, quotes, $, `, ;, #
+_MEM = re.compile(r"^[1-9][0-9]*([KMGT]B?)?$", re.IGNORECASE)
+_TIME_FORMS = "MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS"
+
+
+def parse_slurm_time(text: str) -> int | None:
+    """Seconds in a Slurm ``--time`` value; None for ``UNLIMITED``/``INFINITE``.
+
+    Accepts the forms sbatch accepts: ``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``,
+    ``D-HH:MM:SS``.  Raises ValueError otherwise.
+    """
+    t = text.strip()
+    if t.upper() in {"UNLIMITED", "INFINITE"}:
+        return None
+    days = 0
+    if "-" in t:
+        d, _, t = t.partition("-")
+        if not d.isdigit():
+            raise ValueError(text)
+        days = int(d)
+        parts = t.split(":")
+        if not 1 <= len(parts) <= 3:
+            raise ValueError(text)
+        parts += ["0"] * (3 - len(parts))                    # D-HH[:MM[:SS]]
+    else:
+        parts = t.split(":")
+        if len(parts) == 1:
+            parts = ["0", parts[0], "0"]                     # MM
+        elif len(parts) == 2:
+            parts = ["0", *parts]                            # MM:SS
+        elif len(parts) != 3:
+            raise ValueError(text)
+    if not all(p.isdigit() for p in parts):
+        raise ValueError(text)
+    h, m, s = (int(p) for p in parts)
+    return ((days * 24 + h) * 60 + m) * 60 + s
+
+
+def normalize_extra_line(line: str) -> str:
+    """One free-form sbatch option in a canonical form, or ConfigError naming ``--sbatch-extra``.
+
+    Accepted: ``#SBATCH --gres=gpu:1``, ``--gres=gpu:1``, ``--gres gpu:1`` and ``gres=gpu:1`` (the last
+    spares the ``--sbatch-extra=--x`` spelling argparse needs for values that start with a dash).
+    """
+    text = line.strip()
+    if text.startswith("#SBATCH"):
+        text = text[len("#SBATCH"):].strip()
+    if text and not text.startswith("-"):
+        text = "--" + text
+    name, _, value = text.partition(" ")
+    value = value.strip()
+    if not name.lstrip("-") or any(c.isspace() for c in value) or not re.match(r"^-{1,2}[A-Za-z]", name):
+        raise ConfigError(f"--sbatch-extra {line!r}: give one sbatch option such as 'exclusive', "
+                          "'gres=gpu:1' or '#SBATCH --gres=gpu:1'")
+    if value:
+        text = f"{name}={value}" if name.startswith("--") else f"{name} {value}"
+    option = text.split("=", 1)[0].split(" ", 1)[0]
+    if option in RESERVED_SBATCH_OPTIONS:
+        raise ConfigError(f"--sbatch-extra {line!r}: {option} is set by shardprep",
+                          hint="use the dedicated shardprep option instead (see `shardprep submit --help`)")
+    if any(c in text for c in "`$;\"\'\\"):
+        raise ConfigError(f"--sbatch-extra {line!r}: quotes and the shell characters ` $ ; \\ are not allowed")
+    return text
+
+
+@dataclass(frozen=True)
+class SlurmOptions:
+    """Resources and behaviour of the tokenize array (and, where they apply, finalize and stage jobs).
+
+    ``None`` means "not set": the option is left out of the script and the site default applies.
+    """
+
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    time: str | None = None                 # sbatch --time syntax
+    mem: str | None = None                  # sbatch --mem syntax, e.g. 16G
+    cpus_per_task: int = 1
+    constraint: str | None = None
+    max_parallel: int | None = None         # the %N throttle, shared by every array of one submission
+    extra_sbatch: tuple[str, ...] = field(default_factory=tuple)   # free-form options, normalised
+    signal_seconds: int = DEFAULT_SIGNAL_SECONDS   # USR1 this long before the time limit
+    job_name: str = DEFAULT_JOB_NAME
+
+    def __post_init__(self) -> None:
+        for opt, value in (("--partition", self.partition), ("--account", self.account),
+                           ("--qos", self.qos), ("--constraint", self.constraint),
+                           ("--job-name", self.job_name)):
+            if value is not None and not _SAFE_VALUE.match(value):
+                raise ConfigError(f"{opt} {value!r}: use letters, digits and _ . , : @ + = / % | & ! * ( ) [ ] -")
+        if self.time is not None:
+            try:
+                seconds = parse_slurm_time(self.time)
+            except ValueError:
+                raise ConfigError(f"--time {self.time!r} is not a Slurm time; use {_TIME_FORMS}") from None
+            if seconds is not None and seconds <= 0:
+                raise ConfigError(f"--time {self.time!r} must be longer than zero")
+            if seconds is not None and self.signal_seconds >= seconds:
+                raise ConfigError(
+                    f"--signal-seconds {self.signal_seconds} is not shorter than --time {self.time} "
+                    f"({seconds} s): the stop signal would arrive as the task starts",
+                    hint="lower --signal-seconds or raise --time")
+        if self.mem is not None and not _MEM.match(self.mem):
+            raise ConfigError(f"--mem {self.mem!r}: use a size such as 16G, 4000M or 16000 (MB)")
+        if not isinstance(self.cpus_per_task, int) or self.cpus_per_task < 1:
+            raise ConfigError(f"--cpus-per-task {self.cpus_per_task!r} must be a positive integer")
+        if self.max_parallel is not None and (not isinstance(self.max_parallel, int) or self.max_parallel < 1):
+            raise ConfigError(f"--max-parallel {self.max_parallel!r} must be a positive integer")
+        if not isinstance(self.signal_seconds, int) or not 1 <= self.signal_seconds <= 65535:
+            raise ConfigError(f"--signal-seconds {self.signal_seconds!r} must be between 1 and 65535")
+        object.__setattr__(self, "extra_sbatch", tuple(normalize_extra_line(x) for x in self.extra_sbatch))
+
+    @property
+    def time_seconds(self) -> int | None:
+        return parse_slurm_time(self.time) if self.time else None
+
+    def resource_directives(self, *, cpus_per_task: int | None = None, mem: bool = True) -> list[str]:
+        """``--option=value`` strings for the scheduling options that are set (placement, not behaviour).
+
+        The finalize and stage jobs reuse partition/account/qos/time/constraint but pass their own CPU
+        count and may leave out ``--mem``.
+        """
+        out = []
+        for name, value in (("partition", self.partition), ("account", self.account), ("qos", self.qos),
+                            ("time", self.time), ("mem", self.mem if mem else None),
+                            ("constraint", self.constraint)):
+            if value is not None:
+                out.append(f"--{name}={value}")
+        out.append(f"--cpus-per-task={cpus_per_task or self.cpus_per_task}")
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["extra_sbatch"] = list(self.extra_sbatch)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "SlurmOptions":
+        known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
+        known["extra_sbatch"] = tuple(known.get("extra_sbatch") or ())
+        return cls(**known)
+
+
+# (argparse dest, SlurmOptions field) of every Slurm option.  Defaults are SUPPRESSed so that
+# `submit --resume` can tell what the user typed from what the first submission recorded.
+_ARG_FIELDS = (("partition", "partition"), ("account", "account"), ("qos", "qos"), ("time", "time"),
+               ("mem", "mem"), ("cpus_per_task", "cpus_per_task"), ("constraint", "constraint"),
+               ("max_parallel", "max_parallel"), ("sbatch_extra", "extra_sbatch"),
+               ("signal_seconds", "signal_seconds"), ("job_name", "job_name"))
+
+
+def add_slurm_arguments(parser: argparse.ArgumentParser, *, title: str | None = None,
+                        only: tuple[str, ...] | None = None, helps: dict[str, str] | None = None) -> None:
+    """Add the Slurm options (used with ``--executor slurm`` or ``submitit``) as their own help group.
+
+    With ``submit --resume OUTPUT`` every option not given again keeps the value of the last submission
+    recorded in ``OUTPUT/slurm/jobs.json``.  ``only`` limits the group to some options (argparse dests),
+    for jobs where the others mean nothing (the stage job has no array to throttle); ``helps`` replaces
+    help texts by dest.
+    """
+    g = parser.add_argument_group(title or "Slurm options (with --executor slurm or submitit; --resume "
+                                           "reuses the last submission's values unless given again)")
+    sup = argparse.SUPPRESS
+    specs: list[tuple[str, dict[str, Any]]] = [
+        ("--partition", dict(help="partition (queue) for the array tasks and the finalize job")),
+        ("--account", dict(help="account to charge")),
+        ("--qos", dict(help="quality of service")),
+        ("--time", dict(help=f"time limit per task ({_TIME_FORMS}); default: the partition's")),
+        ("--mem", dict(help="memory per task, e.g. 16G; default: the partition's")),
+        ("--cpus-per-task", dict(type=int, help="CPUs per task (default 1); the tokenizer uses exactly this "
+                                                "many threads")),
+        ("--constraint", dict(help="node features required, e.g. 'skylake|icelake'")),
+        ("--max-parallel", dict(type=int, help="at most this many tasks run at once (the %%N throttle), shared "
+                                               "by all arrays of the submission even when MaxArraySize splits "
+                                               "it; default: no limit")),
+        ("--sbatch-extra", dict(action="append", metavar="OPTION",
+                                help="an extra sbatch option, e.g. 'exclusive', 'gres=gpu:1' or "
+                                     "'#SBATCH --nice=10' (repeatable)")),
+        ("--signal-seconds", dict(type=int, help=f"send USR1 this many seconds before the time limit (default "
+                                                 f"{DEFAULT_SIGNAL_SECONDS}) so a task stops at a safe point "
+                                                 "and is requeued")),
+        ("--job-name", dict(help=f"Slurm job name prefix (default {DEFAULT_JOB_NAME})")),
+    ]
+    for flag, kwargs in specs:
+        dest = flag[2:].replace("-", "_")
+        if only is None or dest in only:
+            g.add_argument(flag, default=sup, **{**kwargs, **({"help": helps[dest]} if dest in (helps or {}) else {})})
+
+
+def slurm_options_from_args(args: argparse.Namespace, recorded: dict[str, Any] | None = None) -> SlurmOptions:
+    """SlurmOptions from parsed arguments; options not given come from ``recorded`` (a previous
+    submission's ``SlurmOptions.to_dict()``), else the defaults."""
+    values: dict[str, Any] = dict(recorded or {})
+    for dest, name in _ARG_FIELDS:
+        if hasattr(args, dest) and getattr(args, dest) is not None:
+            values[name] = getattr(args, dest)
+    return SlurmOptions.from_dict(values)

@@ -1,0 +1,155 @@
+"""Turn a frozen plan plus SlurmOptions into sbatch scripts and array specs (pure functions, no Slurm).
+
+Templates live in ``shardprep/templates/*.sbatch`` (``slurm/*.sbatch`` in the repository are symlinks to
+them), so a user who submits by hand runs exactly what shardprep renders.  A template is a plain bash
+script driven by environment variables; rendering only fills two marker lines: the ``#SBATCH`` options
+and an ``export`` block with explicit values.  Nothing from the caller's environment is copied except
+the few variables listed in :data:`PASSED_ENV` (no credentials, no tokens), and the rendered script
+asks for ``--export=NONE`` so the submitting shell's environment does not leak into the job either.
+
+Array splitting: Slurm rejects array indices >= MaxArraySize, so task ids are grouped into chunks whose
+ids span less than MaxArraySize; each chunk is one array whose index i runs task ``offset + i``.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from shardprep.executor.slurm_options import SlurmOptions
+from shardprep.jobstate import format_array_ranges
+
+SBATCH_MARKER = "# @SHARDPREP_SBATCH@"
+ENV_MARKER = "# @SHARDPREP_ENV@"
+TEMPLATES = ("tokenize", "finalize", "stage", "train")
+DEFAULT_MAX_ARRAY_SIZE = 1001                   # Slurm's default MaxArraySize
+TASK_LOG_PATTERN = "%A_%a.out"                  # under OUTPUT/logs; %a is the array index, not the task
+# Variables copied from the submitting environment when set: what a python process needs to start,
+# and the tokenizer thread knobs.  Everything else (tokens, keys, proxies, HOME-specific config) stays out.
+PASSED_ENV = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "RAYON_NUM_THREADS", "TOKENIZERS_PARALLELISM")
+
+
+def template_text(name: str) -> str:
+    """The packaged template ``name`` (one of :data:`TEMPLATES`)."""
+    if name not in TEMPLATES:
+        raise ValueError(f"unknown template {name!r}")
+    return resources.files("shardprep").joinpath("templates", f"{name}.sbatch").read_text(encoding="utf-8")
+
+
+def render(template: str, directives: Sequence[str], env: Mapping[str, str]) -> str:
+    """Fill the marker lines of ``template``: ``#SBATCH`` lines for ``directives``, exports for ``env``."""
+    sbatch_lines = [f"#SBATCH {d}" for d in directives]
+    env_lines = [f"export {k}={shlex.quote(str(v))}" for k, v in env.items()]
+    out: list[str] = []
+    seen = {SBATCH_MARKER: False, ENV_MARKER: False}
+    for line in template.splitlines():
+        marker = next((m for m in seen if line.startswith(m)), None)
+        if marker is None:
+            out.append(line)
+            continue
+        seen[marker] = True
+        out.extend(sbatch_lines if marker == SBATCH_MARKER else env_lines)
+    missing = [m for m, found in seen.items() if not found]
+    if missing:
+        raise ValueError(f"template lacks the marker line(s) {missing}")
+    return "\n".join(out) + "\n"
+
+
+def job_environment(extra: Mapping[str, str] | None = None, *, environ: Mapping[str, str] | None = None,
+                    python: str | None = None) -> dict[str, str]:
+    """The export block of a rendered script: :data:`PASSED_ENV` when set, the interpreter, ``extra``."""
+    environ = os.environ if environ is None else environ
+    env = {k: environ[k] for k in PASSED_ENV if environ.get(k)}
+    env["SHARDPREP_PYTHON"] = python or sys.executable
+    env.update(extra or {})
+    return env
+
+
+# --- array planning ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ArrayChunk:
+    """One array job: array index ``i`` runs task ``offset + i``."""
+
+    offset: int
+    indices: tuple[int, ...]
+
+    @property
+    def task_ids(self) -> list[int]:
+        return [self.offset + i for i in self.indices]
+
+    def array_spec(self, throttle: int | None = None) -> str:
+        """``--array`` value, e.g. ``0-3,7%2``."""
+        spec = format_array_ranges(list(self.indices))
+        return f"{spec}%{throttle}" if throttle else spec
+
+
+def plan_arrays(task_ids: Sequence[int], max_array_size: int) -> list[ArrayChunk]:
+    """Group ``task_ids`` into arrays whose indices all stay below ``max_array_size``.
+
+    Greedy over sorted ids: a chunk starts at its smallest id (the offset) and takes every id below
+    ``offset + max_array_size``.  A contiguous range 0..n-1 becomes ceil(n / max) arrays; a sparse resume
+    set (e.g. ``3,1500,1502``) needs only as many arrays as the span of the ids requires.
+    """
+    if max_array_size < 1:
+        raise ValueError("max_array_size must be positive")
+    ids = sorted(set(int(t) for t in task_ids))
+    if ids and ids[0] < 0:
+        raise ValueError("task ids must be non-negative")
+    chunks: list[ArrayChunk] = []
+    i = 0
+    while i < len(ids):
+        offset = ids[i]
+        j = i
+        while j < len(ids) and ids[j] < offset + max_array_size:
+            j += 1
+        chunks.append(ArrayChunk(offset, tuple(t - offset for t in ids[i:j])))
+        i = j
+    return chunks
+
+
+# --- the three job kinds -----------------------------------------------------------------------------
+
+def tokenize_directives(opts: SlurmOptions, output: Path, chunk: ArrayChunk, *, part: int, parts: int) -> list[str]:
+    name = f"{opts.job_name}-tokenize" if parts == 1 else f"{opts.job_name}-tokenize-{part}"
+    return [
+        f"--job-name={name}",
+        f"--array={chunk.array_spec(opts.max_parallel)}",
+        f"--output={Path(output) / 'logs' / TASK_LOG_PATTERN}",
+        "--export=NONE",
+        *opts.resource_directives(),
+        f"--signal=B:USR1@{opts.signal_seconds}",
+        *opts.extra_sbatch,
+    ]
+
+
+def render_tokenize(opts: SlurmOptions, output: Path, chunk: ArrayChunk, *, part: int = 0, parts: int = 1,
+                    environ: Mapping[str, str] | None = None) -> str:
+    """The sbatch script of one tokenize array (``part`` of ``parts`` when MaxArraySize split the ids)."""
+    env = job_environment({"SHARDPREP_OUTPUT": str(output), "SHARDPREP_TASK_OFFSET": str(chunk.offset)},
+                          environ=environ)
+    return render(template_text("tokenize"), tokenize_directives(opts, output, chunk, part=part, parts=parts), env)
+
+
+def render_finalize(opts: SlurmOptions, output: Path, *, environ: Mapping[str, str] | None = None) -> str:
+    """The finalize job: same placement as the array, one CPU, the site's default memory."""
+    directives = [
+        f"--job-name={opts.job_name}-finalize",
+        f"--output={Path(output) / 'logs' / 'finalize-%j.out'}",
+        "--export=NONE",
+        *opts.resource_directives(cpus_per_task=1, mem=False),
+    ]
+    env = job_environment({"SHARDPREP_OUTPUT": str(output)}, environ=environ)
+    return render(template_text("finalize"), directives, env)
+
+
+def unsafe_path_problem(path: Path) -> str | None:
+    """Why ``path`` cannot appear in an ``#SBATCH --output=`` line (sbatch does not parse quotes there)."""
+    text = str(path)
+    bad = sorted({c for c in text if c.isspace() or c in "\"'`$%;#\\"})
+    return f"contains {' '.join(repr(c) for c in bad)}" if bad else None

@@ -1,0 +1,264 @@
+"""The Slurm view of ``shardprep status``: sidecars joined with squeue, sacct (when enabled) and logs.
+
+Truth is the output directory.  A task is *done* only when its sidecar checks out (``jobstate``); Slurm
+is asked only what the files cannot say about the other tasks: is it pending or running right now, and
+how did its last attempt end.  The sources, in order of trust for a task that is not done:
+
+1. ``squeue`` for its latest array element (pending/running, or recently ended: slurmctld keeps ended
+   jobs for MinJobAge, 300 s by default);
+2. ``sacct`` when accounting is enabled (often it is not; then this step is skipped silently);
+3. the element's log: the batch script's last line ``shardprep-task-exit: task=T status=S`` (non-zero S
+   means failed); a log without that line means the attempt was killed (cancelled, time limit, node).
+
+Tasks that are neither done, queued nor failed are *missing*; ``submit --resume`` reruns all not-done
+tasks, so "missing" in the summary line is always every task without a valid sidecar.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from shardprep.errors import ConfigError
+from shardprep.executor import slurm_cmd
+from shardprep.executor.slurm_jobs import TaskAttempt, latest_attempts, read_submissions
+from shardprep.jobstate import JobState, format_array_ranges
+from shardprep.shard.format import INDEX_FILE
+
+EXIT_LINE = re.compile(r"^shardprep-task-exit: task=(\d+) status=(\d+)\s*$")
+SUBMITIT_FAILED = "Submitted job triggered an exception"
+RUNNING = {"RUNNING", "COMPLETING", "CONFIGURING", "STAGE_OUT", "SIGNALING", "RESIZING"}
+PENDING = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SUSPENDED", "RESV_DEL_HOLD", "SPECIAL_EXIT"}
+FAILED = {"FAILED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL", "DEADLINE", "PREEMPTED"}
+LOG_TAIL_LINES = 12
+
+
+@dataclass
+class TaskView:
+    task: int
+    state: str                    # done | running | pending | failed | missing
+    detail: str = ""              # e.g. "exit 3", "CANCELLED", "no attempt recorded"
+    attempt: TaskAttempt | None = None
+
+
+@dataclass
+class SlurmView:
+    tasks: dict[int, TaskView]
+    submissions: int
+    finalize: dict | None = None              # last submission's finalize record, plus its queue state
+    sources: list[str] = field(default_factory=list)
+    eta_s: float | None = None
+    eta_basis: str = ""
+
+    def ids(self, state: str) -> list[int]:
+        return sorted(t for t, v in self.tasks.items() if v.state == state)
+
+
+def exit_status_from_log(path: Path) -> int | None:
+    """The task's exit status from the batch script's last exit line, None if the attempt never ended."""
+    status = None
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - 65536))
+            for raw in f.read().decode("utf-8", "replace").splitlines():
+                m = EXIT_LINE.match(raw)
+                if m:
+                    status = int(m.group(2))
+                elif SUBMITIT_FAILED in raw:
+                    status = 1
+                elif (raw.startswith("shardprep: task ") and " = array element " in raw) or \
+                        (raw.startswith("submitit INFO") and "Starting with JobEnvironment" in raw):
+                    status = None   # a later attempt (requeue, --open-mode=append) started
+    except FileNotFoundError:
+        return None
+    return status
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> list[str]:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - 32768))
+            return f.read().decode("utf-8", "replace").splitlines()[-lines:]
+    except FileNotFoundError:
+        return []
+
+
+def _classify(entry: slurm_cmd.QueueEntry) -> tuple[str, str] | None:
+    if entry.state in RUNNING:
+        return "running", entry.state
+    if entry.state in PENDING:
+        return "pending", f"{entry.state}" + (f" ({entry.reason})" if entry.reason and entry.reason != "None" else "")
+    if entry.state in FAILED:
+        return "failed", entry.state + (f" exit {entry.exit_code}" if entry.exit_code else "")
+    return None   # COMPLETED without a sidecar, CANCELLED, ...: decided from the log below
+
+
+def collect(output: Path, state: JobState) -> SlurmView | None:
+    """Join sidecars with Slurm; None when the job was never submitted through a Slurm executor."""
+    output = Path(output)
+    submissions = read_submissions(output)
+    if not submissions:
+        return None
+    attempts = latest_attempts(submissions)
+    not_done = [t for t in range(state.n_tasks) if t not in state.done]
+    job_ids = sorted({attempts[t].job_id for t in not_done if t in attempts})
+    fin = dict(submissions[-1]["finalize"]) if submissions[-1].get("finalize") else None
+    query_ids = job_ids + ([str(fin["job_id"])] if fin else [])
+    view = SlurmView({}, len(submissions), fin)
+
+    queue = slurm_cmd.squeue(query_ids)
+    acct = slurm_cmd.sacct(query_ids) if query_ids else None
+    view.sources = ["sidecars", *(["squeue"] if queue is not None else []),
+                    *(["sacct"] if acct is not None else []), "logs"]
+    by_elem: dict[tuple[str, int | None], slurm_cmd.QueueEntry] = {}
+    for entry in (acct or []) + (queue or []):          # squeue (live) overrides sacct
+        by_elem[(entry.job_id, entry.index)] = entry
+    if fin:
+        e = by_elem.get((str(fin["job_id"]), None))
+        fin["state"] = e.state if e else _finalize_from_files(output, fin)
+
+    for t in range(state.n_tasks):
+        if t in state.done:
+            view.tasks[t] = TaskView(t, "done")
+            continue
+        att = attempts.get(t)
+        if att is None:
+            view.tasks[t] = TaskView(t, "missing", "never submitted through Slurm")
+            continue
+        entry = by_elem.get(att.queue_key)
+        verdict = _classify(entry) if entry else None
+        status = exit_status_from_log(output / att.log) if not verdict or verdict[0] == "failed" else None
+        if verdict:
+            detail = verdict[1] + (f", exit {status}" if status else "")
+            view.tasks[t] = TaskView(t, verdict[0], detail, att)
+            continue
+        if status is not None and status != 0:
+            view.tasks[t] = TaskView(t, "failed", f"exit {status}", att)
+        elif entry is not None:
+            view.tasks[t] = TaskView(t, "missing", entry.state, att)
+        else:
+            why = "ended without a shard" if status == 0 else (
+                "killed or cancelled" if (output / att.log).exists() else "no log: never started or cancelled")
+            view.tasks[t] = TaskView(t, "missing", why, att)
+    view.eta_s, view.eta_basis = estimate_eta(output, state, view)
+    return view
+
+
+def _finalize_from_files(output: Path, fin: dict) -> str:
+    """Finalize's outcome once Slurm forgot the job: from index.json and its log."""
+    if (output / INDEX_FILE).exists():
+        return "ended (index.json written)"
+    if fin.get("log") and (output / fin["log"]).exists():
+        return f"ended without index.json (see {fin['log']})"
+    return "did not run (cancelled because a task failed, or never started)"
+
+
+def _task_input_bytes(job: dict, task: int) -> int:
+    total = 0
+    for item in job["tasks"][task]:
+        inp = job["inputs"][item["input"]]
+        if item.get("unit", "bytes") != "bytes":
+            total += int(inp.get("size") or 0)
+            continue
+        end = item.get("end")
+        total += (int(inp["size"]) if end is None else int(end)) - int(item.get("start") or 0)
+    return max(0, total)
+
+
+def estimate_eta(output: Path, state: JobState, view: SlurmView) -> tuple[float | None, str]:
+    """Seconds until the not-done tasks finish, from finished tasks' tokens/s and tokens per input byte."""
+    from shardprep.jobstate import load_job
+
+    done = [sc for sc in state.done.values() if sc.get("stats", {}).get("elapsed_s")]
+    remaining = [t for t, v in view.tasks.items() if v.state in ("running", "pending")]
+    if not done or not remaining:
+        return None, ""
+    job = load_job(output)
+    tokens = sum(int(sc["tokens"]) for sc in done)
+    seconds = sum(float(sc["stats"]["elapsed_s"]) for sc in done)
+    in_bytes = sum(_task_input_bytes(job, int(sc["task"])) for sc in done)
+    if tokens <= 0 or seconds <= 0 or in_bytes <= 0:
+        return None, ""
+    rate = tokens / seconds                                        # tokens/s of one task
+    left = sum(_task_input_bytes(job, t) for t in remaining) * tokens / in_bytes
+    parallel = max(1, len(view.ids("running")))
+    basis = f"{rate / 1e6:.2f} Mtok/s per task x {parallel} running, ~{left / 1e6:.1f}M tokens left"
+    return left / (rate * parallel), basis
+
+
+def _duration(seconds: float) -> str:
+    s = int(round(seconds))
+    h, rem = divmod(s, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}h{m:02d}m" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
+
+
+def format_view(output: Path, view: SlurmView) -> list[str]:
+    """Text lines for ``shardprep status``: per-state ids in array syntax, finalize, ETA, failed log tails."""
+    counts = Counter(v.state for v in view.tasks.values())
+    lines = [f"  slurm ({view.submissions} submission(s); from {', '.join(view.sources)}):"]
+    for st in ("running", "pending", "failed", "missing"):
+        ids = view.ids(st)
+        if ids:
+            lines.append(f"    {st + ':':9} {counts[st]:>6}  [{format_array_ranges(ids)}]")
+    if view.finalize:
+        lines.append(f"    finalize job {view.finalize['job_id']}: {view.finalize.get('state', '?')}"
+                     + (f" ({view.finalize['dependency']})" if view.finalize.get("dependency") else ""))
+    if view.eta_s is not None:
+        lines.append(f"    ETA: ~{_duration(view.eta_s)} ({view.eta_basis})")
+    for t in view.ids("failed"):
+        v = view.tasks[t]
+        where = f"element {v.attempt.element}, log {v.attempt.log}" if v.attempt else ""
+        lines.append(f"    task {t} failed ({v.detail}; {where}); last lines:")
+        lines += [f"      | {x}" for x in (log_tail(Path(output) / v.attempt.log) if v.attempt else [])]
+    if any(view.ids(s) for s in ("failed", "missing")):
+        lines.append(f"    rerun what is not done: shardprep submit --resume {output}")
+    return lines
+
+
+def as_json(view: SlurmView) -> dict:
+    return {
+        "submissions": view.submissions, "sources": view.sources,
+        **{st: view.ids(st) for st in ("running", "pending", "failed", "missing")},
+        "tasks": {str(t): {"state": v.state, "detail": v.detail,
+                           "element": v.attempt.element if v.attempt else None,
+                           "log": v.attempt.log if v.attempt else None}
+                  for t, v in view.tasks.items() if v.state != "done"},
+        "finalize": view.finalize, "eta_s": view.eta_s,
+    }
+
+
+def refuse_if_active(output: Path, task_ids: list[int]) -> None:
+    """Refuse to submit tasks whose last array element is still pending or running.
+
+    Two live attempts of one task would both write its shard (atomically, so nothing breaks, but the
+    work is wasted and the second finalize races the first); ask the user to wait or cancel instead.
+    """
+    attempts = latest_attempts(read_submissions(output))
+    mine = {t: attempts[t] for t in task_ids if t in attempts}
+    if not mine:
+        return
+    queue = slurm_cmd.squeue(sorted({a.job_id for a in mine.values()})) or []
+    live = {(e.job_id, e.index) for e in queue if e.state in RUNNING | PENDING}
+    busy = sorted(t for t, a in mine.items() if a.queue_key in live)
+    if busy:
+        jobs = sorted({mine[t].job_id for t in busy})
+        raise ConfigError(f"task(s) {format_array_ranges(busy)} of {output} are still pending or running in "
+                          f"Slurm (job {', '.join(jobs)})",
+                          hint=f"wait for them (shardprep status {output}) or `scancel {' '.join(jobs)}` first")
+
+
+def slurm_status_lines(output: Path, state: JobState) -> list[str]:
+    """What ``shardprep status`` prints for Slurm jobs (nothing when the job never used Slurm)."""
+    view = collect(output, state)
+    return format_view(output, view) if view else []
+
+
+def slurm_status_json(output: Path, state: JobState) -> dict | None:
+    """The same for ``shardprep status --json`` (None when the job never used Slurm)."""
+    view = collect(output, state)
+    return as_json(view) if view else None

@@ -1,0 +1,115 @@
+"""Atomic file writing: temporary name beside the target, fsync, rename, fsync the directory.
+
+Every writer in shardprep (shards, sidecars, job.json, index.json, staged downloads, exported files)
+goes through here, so "nothing half-written under a final name" is enforced in one place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import socket
+from pathlib import Path
+from typing import IO, Any, Iterator
+
+import orjson
+
+
+def temp_name_for(target: Path) -> Path:
+    """A hidden temporary name in the target's directory, unique per host and process.
+
+    Same directory so the final ``rename`` is atomic (same file system, same Lustre layout); hidden so
+    globs such as ``shard-*.tar`` never pick it up.
+    """
+    host = socket.gethostname().split(".")[0]
+    return target.with_name(f".{target.name}.{host}.{os.getpid()}.tmp")
+
+
+def is_temp_name(name: str) -> bool:
+    return name.startswith(".") and name.endswith(".tmp")
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make a rename durable (POSIX needs the directory fsynced; Lustre and local disks both honour it)."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class HashingWriter:
+    """A write-only file wrapper that hashes and counts every byte it writes (one pass, no re-read)."""
+
+    def __init__(self, raw: IO[bytes]):
+        self._raw = raw
+        self.sha256 = hashlib.sha256()
+        self.bytes_written = 0
+
+    def write(self, data: bytes | bytearray | memoryview) -> int:
+        self._raw.write(data)
+        self.sha256.update(data)
+        self.bytes_written += len(data)
+        return len(data)
+
+    def tell(self) -> int:
+        return self.bytes_written
+
+    def flush(self) -> None:
+        self._raw.flush()
+
+
+@contextlib.contextmanager
+def atomic_writer(target: Path, *, buffering: int = 1 << 20) -> Iterator[IO[bytes]]:
+    """Open a temporary file for writing; on success fsync and rename it to ``target``.
+
+    On any exception the temporary file is removed and ``target`` is untouched.
+    """
+    target = Path(target)
+    tmp = temp_name_for(target)
+    f = open(tmp, "wb", buffering=buffering)
+    try:
+        yield f
+        f.flush()
+        os.fsync(f.fileno())
+        f.close()
+        os.replace(tmp, target)
+        fsync_dir(target.parent)
+    except BaseException:
+        f.close()
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        raise
+
+
+def write_json_atomic(target: Path, obj: Any) -> None:
+    """Write JSON (indented, keys in insertion order) atomically."""
+    data = orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY) + b"\n"
+    with atomic_writer(Path(target)) as f:
+        f.write(data)
+
+
+def read_json(path: Path) -> Any:
+    return orjson.loads(Path(path).read_bytes())
+
+
+def sha256_file(path: Path, *, block: int = 8 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(block):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def remove_stale_temps(directory: Path, stem: str) -> int:
+    """Remove temporary files left for ``stem`` by dead processes (any host); return how many.
+
+    Only called by the task that owns ``stem`` (one task per shard), so no live writer is affected.
+    """
+    removed = 0
+    for p in directory.glob(f".{stem}.*.tmp"):
+        with contextlib.suppress(FileNotFoundError):
+            p.unlink()
+            removed += 1
+    return removed

@@ -1,0 +1,1 @@
+"""Input side: finding input files (``discover``) and streaming documents out of them (``readers``)."""

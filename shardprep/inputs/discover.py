@@ -1,0 +1,168 @@
+"""Expand ``--input`` specs (files, directories, globs, ``@list`` files) into a sorted list of inputs.
+
+The result is recorded in job.json with size and mtime, so a task can detect an input that changed
+after planning, and re-planning the same inputs always yields the same order.
+
+A directory written by Hugging Face ``Dataset.save_to_disk`` counts as its ``data-*.arrow`` files, in the
+order its ``state.json`` lists them (see ``inputs.arrow``); other ``.arrow`` files are inputs only when
+named explicitly.
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Iterable
+
+from shardprep.errors import InputDataError
+from shardprep.inputs import arrow
+
+log = logging.getLogger(__name__)
+
+COMPRESSIONS = {".gz": "gz", ".zst": "zst", ".zstd": "zst"}
+FORMATS = {".txt": "txt", ".text": "txt", ".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet",
+           ".arrow": "arrow"}
+SPLITTABLE = ("txt", "jsonl")  # uncompressed only: byte ranges need random access
+TABULAR = ("parquet", "arrow")  # planned and read by row ranges
+
+
+@dataclass(frozen=True)
+class InputFile:
+    path: str
+    size: int
+    mtime_ns: int
+    format: str               # txt | jsonl | parquet | arrow
+    compression: str | None   # None | gz | zst
+    rows: int | None = None   # parquet/arrow: total rows (for row-range splitting)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "InputFile":
+        return cls(**d)
+
+    @property
+    def splittable(self) -> bool:
+        return self.compression is None and self.format in SPLITTABLE
+
+    @property
+    def tabular(self) -> bool:
+        return self.format in TABULAR
+
+
+def classify(path: str) -> tuple[str, str | None] | None:
+    """Return (format, compression) from the file name, or None when it is not a known input type."""
+    name = path.lower()
+    comp = None
+    for suffix, c in COMPRESSIONS.items():
+        if name.endswith(suffix):
+            comp, name = c, name[: -len(suffix)]
+            break
+    for suffix, fmt in FORMATS.items():
+        if name.endswith(suffix):
+            if fmt in TABULAR and comp:
+                return None  # parquet and arrow compress internally
+            return fmt, comp
+    return None
+
+
+def _stat_input(path: str, fmt: str, comp: str | None) -> InputFile:
+    try:
+        st = os.stat(path)
+        with open(path, "rb"):
+            pass
+    except OSError as e:
+        raise InputDataError(f"input {path} is not readable: {e.strerror}") from None
+    rows = None
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            rows = pq.ParquetFile(path).metadata.num_rows
+        except Exception as e:  # pyarrow raises several types for junk files
+            raise InputDataError(f"input {path} is not a readable parquet file: {e}") from None
+    elif fmt == "arrow":
+        rows = arrow.count_rows(path)
+    return InputFile(os.path.abspath(path), st.st_size, st.st_mtime_ns, fmt, comp, rows)
+
+
+def _walk(directory: str) -> Iterable[tuple[str, bool]]:
+    """(path, explicit) for files under ``directory``; a saved dataset's data files count as explicit."""
+    for root, dirs, files in os.walk(directory, followlinks=True):
+        if arrow.is_saved_dataset(root):
+            dirs[:] = []
+            yield from ((p, True) for p in arrow.saved_dataset_files(root))
+            continue
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for f in sorted(files):
+            if not f.startswith("."):
+                yield os.path.join(root, f), False
+
+
+def _expand_one(spec: str) -> list[tuple[str, bool]]:
+    """(path, explicit) pairs; explicit paths must be known input types, walked ones may be skipped."""
+    if spec.startswith("@"):
+        list_file = spec[1:]
+        try:
+            lines = Path(list_file).read_text().splitlines()
+        except OSError as e:
+            raise InputDataError(f"input list {list_file} is not readable: {e.strerror}") from None
+        base = os.path.dirname(os.path.abspath(list_file))
+        out = []
+        for n, line in enumerate(lines, 1):
+            line = line.strip()
+            if line and not line.startswith("#"):
+                p = line if os.path.isabs(line) else os.path.join(base, line)
+                if not os.path.exists(p):
+                    raise InputDataError(f"{list_file}:{n}: listed input {line} does not exist")
+                out.extend(_expand_one(p))
+        return out
+    if os.path.isdir(spec):
+        splits = arrow.saved_dataset_splits(spec)
+        if splits is not None:
+            raise InputDataError(f"input {spec} is a DatasetDict saved with save_to_disk (splits: {', '.join(splits)})",
+                                 hint=f"pass one split's directory, e.g. {os.path.join(spec, splits[0] if splits else 'train')}")
+        return list(_walk(spec))
+    if any(ch in spec for ch in "*?["):
+        matches = sorted(glob.glob(spec, recursive=True))
+        if not matches:
+            raise InputDataError(f"input glob {spec!r} matches no files")
+        return [(p, True) for p in matches if os.path.isfile(p)]
+    if not os.path.exists(spec):
+        raise InputDataError(f"input {spec} does not exist")
+    return [(spec, True)]
+
+
+def discover_inputs(specs: Iterable[str]) -> list[InputFile]:
+    """All inputs named by ``specs``, de-duplicated and sorted by path.
+
+    Raises InputDataError when nothing usable is found, a named file is of an unknown type, or a file
+    cannot be read.
+    """
+    seen: dict[str, InputFile] = {}
+    ignored = 0
+    specs = list(specs)
+    for spec in specs:
+        for path, explicit in _expand_one(str(spec)):
+            kind = classify(path)
+            if kind is not None and kind[0] == "arrow" and not explicit:
+                kind = None  # loose .arrow files in a walk are usually caches, not data
+            if kind is None:
+                if explicit:
+                    raise InputDataError(
+                        f"input {path}: unknown file type; expected .txt, .jsonl, .parquet, .arrow "
+                        f"(txt/jsonl optionally .gz or .zst) or a save_to_disk directory"
+                    )
+                ignored += 1
+                continue
+            inp = _stat_input(path, *kind)
+            seen.setdefault(inp.path, inp)
+    if ignored:
+        log.info("ignored %d file(s) of unknown type under the input directories", ignored)
+    if not seen:
+        raise InputDataError(f"no input files found in {', '.join(specs) or '(nothing given)'}")
+    return sorted(seen.values(), key=lambda i: i.path)

@@ -1,0 +1,124 @@
+"""Assemble units into what the training loop receives: pack rows, padded rows, or single documents.
+
+Two stages.  ``pack_arrays`` / ``pad_arrays`` / ``doc_item`` run where the data is read (a DataLoader
+worker or the main process) and build a compact *wire* dict of numpy arrays: token ids keep the shard's
+dtype (uint16 for most vocabularies), pad rows travel as ids + lengths.  ``to_tensors`` runs in the
+process that consumes the batch and expands that into the final tensors.  A uint16 batch pickles through
+the worker pipe 4x smaller than int64 tensors, and numpy pickling beats torch's shared-memory handoff
+for batches of this size; without workers the two stages simply run back to back.
+
+Conventions (Hugging Face causal LM):
+* pack: ``input_ids`` and ``labels`` are ``LongTensor[B, L]``, labels equal to the ids (the model
+  shifts), no padding.  ``position_ids`` restart at 0 at every row start and document start; with doc
+  info, ``cu_seqlens`` (int32, flash-attn varlen style, over the flattened batch), per-token ``doc_ids``
+  (global document numbers) and ``unit_ids`` (row numbers in the epoch stream).
+* pad: one document per row, truncated to L, right-padded with ``pad_id``; ``attention_mask``;
+  ``labels`` are -100 on padding only.  Padding is found *by length*, never by comparing ids, so a real
+  EOS keeps its label even when the pad id equals the EOS id.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from shardprep.loader.order import EpochStream
+from shardprep.loader.reader import ChunkReader
+
+IGNORE_INDEX = -100
+_WIDEN = ("input_ids", "position_ids")       # wire fields sent narrow and widened to int64 on arrival
+
+
+@dataclass(frozen=True)
+class Extras:
+    """Optional fields beyond input_ids/labels (/attention_mask)."""
+
+    position_ids: bool = False
+    doc_info: bool = False
+
+
+def _segments_to_positions(starts: np.ndarray) -> np.ndarray:
+    """position ids (B, L) restarting at every True of ``starts`` (a row start is always one)."""
+    b, length = starts.shape
+    col = np.broadcast_to(np.arange(length, dtype=np.int32), (b, length))
+    last = np.where(starts, col, 0)
+    np.maximum.accumulate(last, axis=1, out=last)
+    return col - last
+
+
+def pack_arrays(stream: EpochStream, reader: ChunkReader, units: np.ndarray, seq_len: int, extras: Extras,
+                doc_base: np.ndarray, dtype: np.dtype) -> dict[str, np.ndarray]:
+    """Wire dict for pack rows ``units`` (a unit is ``seq_len`` consecutive stream tokens)."""
+    b = len(units)
+    ids = np.empty((b, seq_len), dtype=dtype)
+    need_segments = extras.position_ids or extras.doc_info
+    starts = np.zeros((b, seq_len), dtype=bool) if need_segments else None
+    doc_ids = np.empty((b, seq_len), dtype=np.int64) if extras.doc_info else None
+    for i, u in enumerate(units.tolist()):
+        col = 0
+        for p in stream.pieces(u * seq_len, seq_len):
+            dc = reader.chunk(p.shard, p.chunk)
+            ids[i, col:col + p.n] = dc.tokens[p.start:p.start + p.n]
+            if need_segments:
+                lo, hi = p.start, p.start + p.n
+                first = int(np.searchsorted(dc.starts, lo, side="right")) - 1
+                last = int(np.searchsorted(dc.starts, hi, side="left"))
+                inner = dc.starts[first:last]          # document starts in [lo, hi)
+                starts[i, col + inner[inner >= lo] - lo] = True
+                if doc_ids is not None:
+                    bounds = np.clip(dc.starts[first:last + 1], lo, hi)
+                    gid = doc_base[p.shard] + reader.table(p.shard).doc_start[p.chunk] + dc.order[first:last]
+                    doc_ids[i, col:col + p.n] = np.repeat(gid, np.diff(bounds))
+            col += p.n
+    out = {"input_ids": ids}
+    if need_segments:
+        starts[:, 0] = True
+        if extras.position_ids:
+            out["position_ids"] = _segments_to_positions(starts)
+        if extras.doc_info:
+            flat = np.flatnonzero(starts.ravel())
+            out["cu_seqlens"] = np.append(flat, b * seq_len).astype(np.int32)
+            out["doc_ids"] = doc_ids
+            out["unit_ids"] = np.asarray(units, dtype=np.int64)
+    return out
+
+
+def pad_arrays(docs: list[np.ndarray], seq_len: int, pad_id: int, dtype: np.dtype) -> dict[str, np.ndarray]:
+    """Wire dict for pad rows: ids truncated to ``seq_len`` and right-padded, plus each row's real length."""
+    b = len(docs)
+    ids = np.full((b, seq_len), pad_id, dtype=dtype)
+    lengths = np.fromiter((min(len(d), seq_len) for d in docs), dtype=np.int64, count=b)
+    for i, d in enumerate(docs):
+        ids[i, :lengths[i]] = d[:seq_len]
+    return {"input_ids": ids, "lengths": lengths}
+
+
+def doc_item(tokens: np.ndarray, *, shard_name: str, doc: int, doc_id: int, unit: int) -> dict:
+    """Doc mode: one document, unbatched, with its provenance (shard name, index in shard, global id)."""
+    return {"input_ids": tokens.copy(), "shard": shard_name, "doc": doc, "doc_id": doc_id, "unit": unit}
+
+
+def to_tensors(item: dict, *, mode: str, unbatched: bool = False, pin: bool = False) -> dict:
+    """Expand a wire dict into the batch the training loop sees (see the module docstring)."""
+    import torch
+
+    out = {}
+    for k, v in item.items():
+        if isinstance(v, np.ndarray):
+            t = torch.from_numpy(v)
+            out[k] = t.long() if k in _WIDEN and t.dtype != torch.int64 else t
+        else:
+            out[k] = v
+    if mode == "pack":
+        out["labels"] = out["input_ids"].clone()
+    elif mode == "pad":
+        lengths = out.pop("lengths")
+        mask = torch.arange(out["input_ids"].shape[1])[None, :] < lengths[:, None]
+        out["attention_mask"] = mask.long()
+        out["labels"] = out["input_ids"].masked_fill(~mask, IGNORE_INDEX)   # by length, never by id
+    if unbatched and mode != "doc":
+        out = {k: (v[0] if isinstance(v, torch.Tensor) and k != "cu_seqlens" else v) for k, v in out.items()}
+    if pin:
+        out = {k: (v.pin_memory() if isinstance(v, torch.Tensor) else v) for k, v in out.items()}
+    return out

@@ -1,0 +1,215 @@
+"""``make_dataloader``: DataLoader over a ShardDataset with epochs, exact resume and a dropped report.
+
+The wrapper owns the position in the epoch, as the set of remaining unit positions (a global position,
+the same on every rank, never per-worker offsets).  It counts batches delivered to the training loop in
+the main process; ``state_dict()`` removes ``k * batch_size`` consumed units per rank from the remaining
+ranges.  A new process that loads the state re-splits what remains: with the same world size each rank
+gets exactly the rest of its old sequence (bit-identical batches); with another world size or worker
+count, a fresh equal split of the same remaining units.
+
+A new torch DataLoader is built for every pass, because the pass (epoch, remaining ranges) is baked into
+the dataset copy the workers receive; persistent workers would keep iterating a stale pass.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Iterator
+
+from shardprep.errors import ConfigError
+from shardprep.loader import distribute as D
+from shardprep.loader.dataset import PassSpec, ShardDataset
+from shardprep.loader.world import World, resolve_world
+
+log = logging.getLogger(__name__)
+
+STATE_FORMAT = "shardprep.loader.state/1"
+TRANSFER_TOKENS = 1 << 18     # default worker -> main transfer size: ~256K tokens of batches per queue item
+# keys that must match for a saved position to mean the same units in the same order
+_IDENTITY = ("dataset", "mode", "seq_len", "seed", "shuffle", "shuffle_block", "units")
+
+
+def _can_pin() -> bool:
+    """Pinned memory needs an accelerator; like DataLoader, warn and carry on without one."""
+    import torch
+
+    available = torch.accelerator.is_available() if hasattr(torch, "accelerator") else torch.cuda.is_available()
+    if not available:
+        log.warning("pin_memory=True but no accelerator is available: not pinning")
+    return available
+
+
+def _keep(item: list) -> list:
+    """DataLoader's collate_fn: items are already whole batches (module-level so spawn can pickle it)."""
+    return item
+
+
+class ShardLoader:
+    """Iterate batches of a ShardDataset for this rank; see ``make_dataloader``."""
+
+    def __init__(self, dataset: ShardDataset, *, batch_size: int | None, num_workers: int = 0,
+                 pin_memory: bool = False, rank: int | None = None, world_size: int | None = None,
+                 batches_per_transfer: int | None = None, **dataloader_kwargs: Any):
+        if dataset.mode == "doc":
+            if batch_size not in (None, 1):
+                raise ConfigError(f"batch_size={batch_size} is invalid for mode='doc' (documents are yielded "
+                                  f"one at a time): use batch_size=None")
+            batch_size = None
+        elif batch_size is None or int(batch_size) < 1:
+            raise ConfigError(f"batch_size={batch_size!r} is invalid for mode={dataset.mode!r}: must be >= 1")
+        if int(num_workers) < 0:
+            raise ConfigError(f"num_workers={num_workers} is invalid: must be >= 0")
+        if dataloader_kwargs.get("persistent_workers"):
+            raise ConfigError("persistent_workers=True is not supported: each pass starts its workers with the "
+                              "pass's position (epoch and remaining units)")
+        if batches_per_transfer is not None and int(batches_per_transfer) < 1:
+            raise ConfigError(f"batches_per_transfer={batches_per_transfer} is invalid: must be >= 1")
+        self.dataset = dataset
+        self.batch_size = None if batch_size is None else int(batch_size)
+        unit_tokens = dataset.seq_len or max(1, dataset.total_tokens // max(1, dataset.total_docs))
+        self.per_transfer = int(batches_per_transfer or max(1, TRANSFER_TOKENS // ((self.batch_size or 1) * unit_tokens)))
+        self.num_workers, self.pin_memory = int(num_workers), bool(pin_memory) and _can_pin()
+        self.rank, self.world_size = rank, world_size
+        self.dataloader_kwargs = dataloader_kwargs
+        self.epoch = dataset.epoch
+        self._full = D.normalize([(0, dataset.num_units)])
+        self._remaining = self._full
+        self._pass: PassSpec | None = None
+        self._delivered = 0
+        self._epoch_done = False
+        dataset.check_one_batch(self.world().world_size, self.batch_size)
+
+    # -- position ---------------------------------------------------------------------------------------
+    def world(self) -> World:
+        return resolve_world(self.rank if self.rank is not None else self.dataset.rank,
+                             self.world_size if self.world_size is not None else self.dataset.world_size)
+
+    def _split(self) -> D.Split:
+        if self._pass is not None:
+            return self.dataset.split(self._pass.remaining, self._pass.world.world_size, self._pass.batch)
+        return self.dataset.split(self._remaining, self.world().world_size, self.batch_size)
+
+    def _current_remaining(self) -> D.Ranges:
+        if self._pass is None:
+            return self._remaining
+        return self._split().after(self._delivered)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start ``epoch`` from its beginning, unless the loader is already part-way through it.
+
+        Part-way (after ``load_state_dict`` or a loop left with ``break``) the position is kept, so the
+        usual ``loader.set_epoch(epoch)`` at the top of the epoch loop does not undo a resume.
+        """
+        epoch = int(epoch)
+        if epoch < 0:
+            raise ConfigError(f"epoch={epoch} is invalid: must be >= 0")
+        if epoch == self.epoch and not self._epoch_done:
+            return
+        self.epoch, self._remaining, self._pass, self._delivered = epoch, self._full, None, 0
+        self._epoch_done = False
+
+    def __len__(self) -> int:
+        """Batches this rank yields in the current (or next) pass; the same on every rank (pack/pad)."""
+        if self._epoch_done:
+            return self.dataset.split(self._full, self.world().world_size, self.batch_size).rank_steps(
+                self.world().rank)
+        rank = self._pass.world.rank if self._pass is not None else self.world().rank
+        return self._split().rank_steps(rank)
+
+    @property
+    def dropped(self) -> dict:
+        """What the current (or next) pass leaves out to keep every rank's batch count equal."""
+        split = self._split()
+        full = (self._pass.remaining if self._pass is not None else self._remaining) == self._full
+        return {"epoch": self.epoch, "unit": self.dataset.unit_name, "units": split.dropped,
+                "tail_tokens": self.dataset.tail_tokens if full else 0}
+
+    # -- iteration --------------------------------------------------------------------------------------
+    def __iter__(self) -> Iterator[dict]:
+        from torch.utils.data import DataLoader
+
+        if self._epoch_done:
+            log.info("epoch %d already finished and set_epoch() was not called: starting epoch %d",
+                     self.epoch, self.epoch + 1)
+            self.set_epoch(self.epoch + 1)
+        remaining = self._current_remaining()
+        world = self.world()
+        if remaining == self._full:
+            self.dataset.check_one_batch(world.world_size, self.batch_size)
+        self._remaining, self._delivered = remaining, 0
+        per_transfer = self.per_transfer if self.num_workers else 1
+        self._pass = PassSpec(self.epoch, remaining, world, self.batch_size, per_transfer=per_transfer)
+        split = self._split()
+        steps = split.rank_steps(world.rank)
+        self._log_pass(split, world)
+        # workers send lists of numpy batches (see batches.py); tensors and pinning happen here
+        loader = DataLoader(self.dataset.for_pass(self._pass), batch_size=None, num_workers=self.num_workers,
+                            collate_fn=_keep, **self.dataloader_kwargs)
+        for transfer in loader:
+            for item in transfer:
+                batch = self.dataset.tensors(item, pin=self.pin_memory)
+                self._delivered += 1
+                yield batch
+        if self._delivered != steps:  # would mean a bug in the split; fail loudly rather than desync ranks
+            raise RuntimeError(f"rank {world.rank} delivered {self._delivered} batches, expected {steps}")
+        self._epoch_done = True
+
+    def _log_pass(self, split: D.Split, world: World) -> None:
+        d = self.dropped
+        level = logging.INFO if world.rank == 0 else logging.DEBUG
+        tail = f" and {d['tail_tokens']} tail tokens" if d["tail_tokens"] else ""
+        log.log(level, "epoch %d: %d %s remaining for %d ranks (world from %s), batch %s: %d steps per rank; "
+                "dropping %d %s%s to keep ranks equal", self.epoch, split.total, d["unit"], world.world_size,
+                world.source, self.batch_size, split.rank_steps(world.rank), d["units"], d["unit"], tail)
+
+    # -- state ------------------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """The epoch position as global remaining ranges: identical on every rank, JSON-serializable."""
+        ds = self.dataset
+        if self._epoch_done:
+            epoch, remaining = self.epoch + 1, self._full
+        else:
+            epoch, remaining = self.epoch, self._current_remaining()
+        return {"format": STATE_FORMAT, "dataset": ds.fingerprint, "mode": ds.mode, "seq_len": ds.seq_len,
+                "seed": ds.seed, "shuffle": ds.shuffle, "shuffle_block": ds.shuffle_block,
+                "units": ds.num_units, "batch_size": self.batch_size, "epoch": epoch,
+                "remaining": [list(r) for r in remaining]}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from ``state`` (from ``state_dict()``, possibly with another world size or workers)."""
+        if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
+            raise ConfigError(f"loader state: format is {state.get('format') if isinstance(state, dict) else state!r}, "
+                              f"expected {STATE_FORMAT!r}")
+        mine = self.state_dict()
+        for key in _IDENTITY:
+            if state.get(key) != mine[key]:
+                raise ConfigError(f"loader state: {key}={state.get(key)!r} but this loader has {mine[key]!r}; "
+                                  f"a position only means the same units with the same dataset and order options")
+        if state.get("batch_size") != self.batch_size:
+            log.warning("loader state was saved with batch_size=%s, continuing with %s: nothing repeated or "
+                        "skipped, but batches differ from an uninterrupted run", state.get("batch_size"),
+                        self.batch_size)
+        try:
+            remaining = D.normalize(state["remaining"])
+            epoch = int(state["epoch"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise ConfigError(f"loader state: malformed remaining/epoch ({e})") from None
+        if remaining and (remaining[-1][1] > self.dataset.num_units or epoch < 0):
+            raise ConfigError(f"loader state: remaining ranges exceed the dataset's {self.dataset.num_units} units")
+        self.epoch, self._remaining, self._pass, self._delivered = epoch, remaining, None, 0
+        self._epoch_done = False
+
+
+def make_dataloader(dataset: ShardDataset, *, batch_size: int | None = 8, num_workers: int = 0,
+                    pin_memory: bool = False, rank: int | None = None, world_size: int | None = None,
+                    batches_per_transfer: int | None = None, **dataloader_kwargs: Any) -> ShardLoader:
+    """Wrap ``dataset`` for this rank: ``for batch in loader`` yields dicts of tensors.
+
+    ``rank``/``world_size`` override detection (torch.distributed, RANK/WORLD_SIZE, SLURM_PROCID/
+    SLURM_NTASKS).  Extra keyword arguments go to ``torch.utils.data.DataLoader`` (e.g. ``prefetch_factor``,
+    ``timeout``, ``multiprocessing_context``).  Raises ConfigError when a full epoch cannot give every rank
+    one batch.  ``batches_per_transfer`` (default: about 256K tokens' worth) is how many consecutive batches a
+    worker sends per queue item; it changes prefetch granularity only, never the batches.
+    """
+    return ShardLoader(dataset, batch_size=batch_size, num_workers=num_workers, pin_memory=pin_memory, rank=rank,
+                       world_size=world_size, batches_per_transfer=batches_per_transfer, **dataloader_kwargs)

@@ -1,0 +1,37 @@
+"""What this process may really use: CPUs (Slurm allocation / affinity, not ``os.cpu_count()``) and
+peak memory.  One place, so the task, the local executor and ``doctor`` agree."""
+
+from __future__ import annotations
+
+import os
+import resource
+import sys
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on: affinity mask, capped by ``SLURM_CPUS_PER_TASK`` when set.
+
+    ``os.cpu_count()`` reports the whole node, which oversubscribes a Slurm task that was given 8 of 96
+    cores (every tokenizer thread then fights for the same 8).
+    """
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        n = os.cpu_count() or 1
+    slurm = os.environ.get("SLURM_CPUS_PER_TASK")
+    if slurm and slurm.isdigit() and int(slurm) > 0:
+        n = min(n, int(slurm))
+    return max(1, n)
+
+
+def peak_rss_bytes() -> int:
+    """Peak resident set size of this process (ru_maxrss is KiB on Linux, bytes on macOS)."""
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(rss if sys.platform == "darwin" else rss * 1024)
+
+
+def set_tokenizer_threads(n: int) -> None:
+    """Pin the Rust tokenizer thread pools to ``n`` threads before first use (rayon reads it once)."""
+    os.environ["RAYON_NUM_THREADS"] = str(max(1, n))
+    os.environ["RAYON_RS_NUM_CPUS"] = str(max(1, n))
+    os.environ["TOKENIZERS_PARALLELISM"] = "true" if n > 1 else "false"

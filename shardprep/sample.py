@@ -1,0 +1,85 @@
+"""The embedded default: a generated sample corpus and a small byte-level BPE tokenizer trained offline.
+
+``shardprep demo`` uses them so the whole job runs on a fresh machine with no data and no network; the
+tests use them as well.  Everything is deterministic (seeded), so two runs give identical shards.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+from pathlib import Path
+
+_WORDS = (
+    "the of and to in is was for on that with as by at from his her an were which are this be has had not "
+    "first new one two their after also its time may can only other all into more such during city year "
+    "data shard token model training cluster node array task file stream batch epoch rank worker tensor "
+    "lustre stripe bucket prefix object cache memory index format verify resume signal queue partition"
+).split()
+_MULTILINGUAL = (
+    "한국어 문장은 토크나이저에게 어려운 경우입니다.",
+    "日本語のテキストも正しく処理されます。",
+    "中文文本同样需要被正确地切分。",
+    "Ünïcödé façade naïve café — déjà vu.",
+    "Emoji: 👩‍👩‍👧‍👦 family, 🏳️‍🌈 flag, 👍🏽 thumbs.",
+    "Numbers 1234567890 and 3.14159 and 2026-11-22.",
+)
+
+
+def _sentence(rng: random.Random) -> str:
+    words = [rng.choice(_WORDS) for _ in range(rng.randint(5, 25))]
+    words[0] = words[0].capitalize()
+    return " ".join(words) + rng.choice(".!?")
+
+
+def _document(rng: random.Random) -> str:
+    parts = [_sentence(rng) for _ in range(rng.randint(1, 6))]
+    if rng.random() < 0.15:
+        parts.insert(rng.randrange(len(parts) + 1), rng.choice(_MULTILINGUAL))
+    return " ".join(parts)
+
+
+def sample_documents(n: int, seed: int = 0) -> list[str]:
+    rng = random.Random(seed)
+    return [_document(rng) for _ in range(n)]
+
+
+def write_sample_corpus(directory: str | Path, *, files: int = 6, docs_per_file: int = 400, seed: int = 0) -> Path:
+    """Write a small mixed corpus: plain txt, jsonl, and gzip jsonl files of generated documents."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    for i in range(files):
+        docs = sample_documents(docs_per_file, seed=seed * 1000 + i)
+        kind = i % 3
+        if kind == 0:
+            (directory / f"part-{i:03d}.txt").write_text("\n".join(docs) + "\n", encoding="utf-8")
+        else:
+            lines = "".join(json.dumps({"id": f"{i}-{j}", "text": d}, ensure_ascii=False) + "\n"
+                            for j, d in enumerate(docs))
+            if kind == 1:
+                (directory / f"part-{i:03d}.jsonl").write_text(lines, encoding="utf-8")
+            else:
+                with gzip.open(directory / f"part-{i:03d}.jsonl.gz", "wt", encoding="utf-8") as f:
+                    f.write(lines)
+    return directory
+
+
+def build_sample_tokenizer(path: str | Path, *, vocab_size: int = 2000, seed: int = 0) -> Path:
+    """Train a byte-level BPE tokenizer (GPT-2 style, ``<|endoftext|>`` as EOS) on generated text.
+
+    Offline and fast (well under a second); byte-level means any input, including CJK and emoji, encodes
+    without unknown tokens.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<|endoftext|>", "<|pad|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(sample_documents(3000, seed=seed) + list(_MULTILINGUAL), trainer=trainer)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tok.save(str(path))
+    return path

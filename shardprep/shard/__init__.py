@@ -1,0 +1,1 @@
+"""The shard format: names, writer, sidecars, readers (spec: docs/format.md)."""

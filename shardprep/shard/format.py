@@ -1,0 +1,39 @@
+"""Names and constants of the on-disk format (docs/format.md is the spec; keep both in step)."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+FORMAT_VERSION = 1
+JOB_FILE = "job.json"
+INDEX_FILE = "index.json"
+TOKENIZER_FILE = "tokenizer.json"
+LOG_DIR = "logs"
+SHARD_RE = re.compile(r"^shard-(\d{5,})\.tar$")
+LAYOUTS = ("pack", "doc")
+DEFAULT_CHUNK_TOKENS = 1 << 18
+
+DTYPES = {"uint16": np.dtype("<u2"), "uint32": np.dtype("<u4")}
+EXT_FOR_DTYPE = {"uint16": "u16", "uint32": "u32"}
+DTYPE_FOR_EXT = {v: k for k, v in EXT_FOR_DTYPE.items()}
+
+
+def shard_name(task: int) -> str:
+    """``shard-NNNNN.tar`` for a task index (at least five digits, more when needed)."""
+    return f"shard-{task:05d}.tar"
+
+
+def sidecar_name(task: int) -> str:
+    return f"shard-{task:05d}.json"
+
+
+def sample_key(task: int, sample: int) -> str:
+    """Sample keys are unique across a dataset and contain no dot (webdataset splits keys at the first dot)."""
+    return f"{task:05d}_{sample:09d}"
+
+
+def dtype_for_vocab(vocab_size: int) -> str:
+    """uint16 when every id fits, else uint32."""
+    return "uint16" if vocab_size <= 1 << 16 else "uint32"

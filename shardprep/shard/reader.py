@@ -1,0 +1,150 @@
+"""Read shards: one ranged read per sample through the sidecar's chunk table, or a full tar walk.
+
+``ByteSource`` is the seam between "where the bytes live" (a local/Lustre file via ``pread``, an S3
+object via ranged GETs in ``shardprep.loader.sources``) and the decoding of samples, which is the same
+for both.
+"""
+
+from __future__ import annotations
+
+import os
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Protocol
+
+import numpy as np
+
+from shardprep.shard.format import DTYPE_FOR_EXT, DTYPES
+
+
+class ByteSource(Protocol):
+    """Random-access bytes of one shard."""
+
+    def read(self, offset: int, size: int) -> bytes: ...
+
+    def close(self) -> None: ...
+
+
+class LocalSource:
+    """A local or Lustre file read with ``os.pread`` (thread-safe, no seek state)."""
+
+    def __init__(self, path: str | Path):
+        self.path = str(path)
+        self._fd = os.open(self.path, os.O_RDONLY)
+
+    def read(self, offset: int, size: int) -> bytes:
+        data = os.pread(self._fd, size, offset)
+        if len(data) != size:
+            raise EOFError(f"{self.path}: truncated: wanted {size} bytes at offset {offset}, got {len(data)}")
+        return data
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __del__(self) -> None:  # best effort; readers usually close explicitly
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One sample's location, taken from a sidecar's columnar ``chunks`` table."""
+
+    index: int
+    key: str
+    tokens_offset: int
+    tokens: int
+    docs: int
+    doclens_offset: int
+    doclens_itemsize: int
+
+
+def chunks_of(sidecar: dict) -> list[Chunk]:
+    t = sidecar["chunks"]
+    return [
+        Chunk(i, t["key"][i], t["tokens_offset"][i], t["tokens"][i], t["docs"][i], t["doclens_offset"][i],
+              t["doclens_itemsize"][i])
+        for i in range(len(t["key"]))
+    ]
+
+
+def read_chunk(src: ByteSource, chunk: Chunk, dtype: str) -> tuple[np.ndarray, np.ndarray]:
+    """Return ``(tokens, doclens)`` of one sample with exactly two ranged reads (one in doc layout)."""
+    dt = DTYPES[dtype]
+    tokens = np.frombuffer(src.read(chunk.tokens_offset, chunk.tokens * dt.itemsize), dtype=dt)
+    if chunk.doclens_itemsize:
+        ldt = np.dtype(f"<u{chunk.doclens_itemsize}")
+        lens = np.frombuffer(src.read(chunk.doclens_offset, chunk.docs * ldt.itemsize), dtype=ldt)
+        lens = lens.astype(np.int64)
+    else:
+        lens = np.array([chunk.tokens], dtype=np.int64)
+    return tokens, lens
+
+
+def split_docs(tokens: np.ndarray, lens: np.ndarray) -> list[np.ndarray]:
+    """Split a chunk's concatenated tokens into per-document views."""
+    return np.split(tokens, np.cumsum(lens)[:-1]) if len(lens) else []
+
+
+def iter_shard_documents(path: str | Path, sidecar: dict) -> Iterator[np.ndarray]:
+    """Every document of a local shard, in order, as a 1-D array of the shard's dtype."""
+    src = LocalSource(path)
+    try:
+        for ch in chunks_of(sidecar):
+            tokens, lens = read_chunk(src, ch, sidecar["dtype"])
+            yield from split_docs(tokens, lens)
+    finally:
+        src.close()
+
+
+@dataclass
+class ParsedSample:
+    key: str
+    tokens: np.ndarray
+    doclens: np.ndarray | None      # None in the doc layout (no doclens member)
+    tokens_offset: int
+    doclens_offset: int
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """Document lengths in tokens; a doc-layout sample is one document."""
+        return self.doclens if self.doclens is not None else np.array([self.tokens.size], dtype=np.int64)
+
+    def documents(self) -> list[np.ndarray]:
+        return split_docs(self.tokens, self.lengths)
+
+
+def walk_tar(path: str | Path) -> Iterator[ParsedSample]:
+    """Parse a shard as a plain tar (no sidecar needed): used by ``verify`` and ``inspect``.
+
+    Raises ``ValueError`` naming the member on anything that is not a well-formed shard member.
+    """
+    with tarfile.open(path, "r:") as tf:
+        current: dict | None = None
+        for member in tf:
+            if not member.isfile():
+                raise ValueError(f"{path}: unexpected tar entry {member.name!r} (not a regular file)")
+            key, _, ext = member.name.partition(".")
+            kind, _, type_ext = ext.partition(".")
+            if kind not in ("tokens", "doclens") or type_ext not in ("u16", "u32"):
+                raise ValueError(f"{path}: unexpected member {member.name!r}")
+            f = tf.extractfile(member)
+            assert f is not None
+            data = f.read()
+            arr = np.frombuffer(data, dtype=DTYPES[DTYPE_FOR_EXT[type_ext]])
+            if current is not None and current["key"] != key:
+                yield ParsedSample(**current)
+                current = None
+            if current is None:
+                current = {"key": key, "tokens": None, "doclens": None, "tokens_offset": -1, "doclens_offset": -1}
+            if kind == "tokens":
+                current["tokens"], current["tokens_offset"] = arr, member.offset_data
+            else:
+                current["doclens"], current["doclens_offset"] = arr.astype(np.int64), member.offset_data
+        if current is not None:
+            yield ParsedSample(**current)

@@ -1,0 +1,220 @@
+"""ShardWriter: streams tokenized documents into one deterministic tar shard, atomically.
+
+Why a hand-rolled tar writer: ``tarfile`` pads to 10 KiB records and re-reads nothing we need, but we
+must know each member's data offset (for the chunk table that lets readers do one ranged read per
+sample) and hash the bytes as they are written.  The headers themselves come from ``tarfile.TarInfo``
+so they are standard ustar that ``tar``, ``tarfile`` and webdataset all read.
+"""
+
+from __future__ import annotations
+
+import os
+import tarfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from shardprep.fsutil import HashingWriter, fsync_dir, temp_name_for
+from shardprep.shard.format import DTYPES, EXT_FOR_DTYPE, LAYOUTS, sample_key
+
+_BLOCK = 512
+
+
+@dataclass
+class ChunkTable:
+    """Columnar table of samples, as stored in the sidecar's ``chunks`` field."""
+
+    key: list[str] = field(default_factory=list)
+    tokens_offset: list[int] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    docs: list[int] = field(default_factory=list)
+    doclens_offset: list[int] = field(default_factory=list)
+    doclens_itemsize: list[int] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, list]:
+        return {
+            "key": self.key,
+            "tokens_offset": self.tokens_offset,
+            "tokens": self.tokens,
+            "docs": self.docs,
+            "doclens_offset": self.doclens_offset,
+            "doclens_itemsize": self.doclens_itemsize,
+        }
+
+
+@dataclass
+class ShardResult:
+    path: Path
+    bytes: int
+    sha256: str
+    samples: int
+    documents: int
+    tokens: int
+    chunks: ChunkTable
+
+
+class ShardWriter:
+    """Write documents (token arrays, BOS/EOS already applied) into ``path``.
+
+    Data goes to a hidden temporary file; :meth:`close` fsyncs and renames it to ``path``.
+    :meth:`abort` (or an exception inside ``with``) removes the temporary file.
+    """
+
+    def __init__(self, path: Path, *, task: int, layout: str, dtype: str, chunk_tokens: int):
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+        self.path = Path(path)
+        self.task = task
+        self.layout = layout
+        self.dtype_name = dtype
+        self.dtype = DTYPES[dtype]
+        self._max_id = np.iinfo(self.dtype).max
+        self.chunk_tokens = max(1, int(chunk_tokens))
+        self._tmp = temp_name_for(self.path)
+        self._file = open(self._tmp, "wb", buffering=4 << 20)
+        self._out = HashingWriter(self._file)
+        self.table = ChunkTable()
+        self._pending_tokens: list[np.ndarray] = []
+        self._pending_lens: list[np.ndarray] = []
+        self._pending_count = 0
+        self.documents = 0
+        self.tokens = 0
+        self._closed = False
+
+    # -- public -------------------------------------------------------------------------------------
+    def add(self, flat_ids: np.ndarray, lengths: np.ndarray) -> None:
+        """Add a batch of documents: ``flat_ids`` concatenated, ``lengths`` per document (sum matches)."""
+        if len(lengths) == 0:
+            return
+        if flat_ids.size and int(flat_ids.max()) > self._max_id:
+            raise OverflowError(
+                f"token id {int(flat_ids.max())} does not fit {self.dtype_name}; the tokenizer's vocabulary "
+                f"size was under-reported"
+            )
+        ids = flat_ids.astype(self.dtype, copy=False)
+        lengths = np.asarray(lengths, dtype=np.int64)
+        if self.layout == "doc":
+            self._write_docs(ids, lengths)
+            return
+        # pack: cut the batch at document boundaries whenever the chunk reaches chunk_tokens
+        ends = np.cumsum(lengths)
+        start_doc, start_tok = 0, 0
+        while start_doc < len(lengths):
+            room = self.chunk_tokens - self._pending_count
+            # number of docs that fit (at least one, so a huge document forms its own chunk)
+            base = ends[start_doc - 1] if start_doc else 0
+            n = int(np.searchsorted(ends[start_doc:] - base, room, side="right"))
+            if n == 0 and self._pending_count == 0:
+                n = 1
+            if n == 0:
+                self._flush_chunk()
+                continue
+            stop_doc = start_doc + n
+            stop_tok = int(ends[stop_doc - 1])
+            self._pending_tokens.append(ids[start_tok:stop_tok])
+            self._pending_lens.append(lengths[start_doc:stop_doc])
+            self._pending_count += stop_tok - start_tok
+            start_doc, start_tok = stop_doc, stop_tok
+            if self._pending_count >= self.chunk_tokens:
+                self._flush_chunk()
+
+    def close(self) -> ShardResult:
+        """Flush, terminate the tar, fsync, rename to the final name; return what was written."""
+        if self.layout == "pack":
+            self._flush_chunk()
+        self._out.write(b"\0" * (2 * _BLOCK))
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+        os.replace(self._tmp, self.path)
+        fsync_dir(self.path.parent)
+        self._closed = True
+        return ShardResult(
+            path=self.path,
+            bytes=self._out.bytes_written,
+            sha256=self._out.sha256.hexdigest(),
+            samples=len(self.table.key),
+            documents=self.documents,
+            tokens=self.tokens,
+            chunks=self.table,
+        )
+
+    def abort(self) -> None:
+        """Drop everything written so far (no file under the final name)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._file.close()
+        try:
+            os.unlink(self._tmp)
+        except FileNotFoundError:
+            pass
+
+    def __enter__(self) -> "ShardWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            self.abort()
+
+    # -- internals ----------------------------------------------------------------------------------
+    def _member(self, name: str, payload: bytes | memoryview) -> int:
+        """Write one tar member; return the byte offset of its data."""
+        info = tarfile.TarInfo(name)
+        info.size = len(payload)
+        info.mtime = 0
+        info.mode = 0o644
+        info.uid = info.gid = 0
+        info.uname = info.gname = ""
+        header = info.tobuf(format=tarfile.USTAR_FORMAT)
+        self._out.write(header)
+        offset = self._out.tell()
+        self._out.write(payload)
+        pad = (-len(payload)) % _BLOCK
+        if pad:
+            self._out.write(b"\0" * pad)
+        return offset
+
+    def _next_key(self) -> str:
+        return sample_key(self.task, len(self.table.key))
+
+    def _flush_chunk(self) -> None:
+        if not self._pending_count:
+            return
+        tokens = np.concatenate(self._pending_tokens) if len(self._pending_tokens) > 1 else self._pending_tokens[0]
+        lens = np.concatenate(self._pending_lens)
+        lens_dtype = np.dtype("<u2") if int(lens.max()) <= 0xFFFF else np.dtype("<u4")
+        key = self._next_key()
+        ext = EXT_FOR_DTYPE[self.dtype_name]
+        tok_off = self._member(f"{key}.tokens.{ext}", memoryview(np.ascontiguousarray(tokens)).cast("B"))
+        len_off = self._member(
+            f"{key}.doclens.u{lens_dtype.itemsize * 8}", lens.astype(lens_dtype).tobytes()
+        )
+        t = self.table
+        t.key.append(key)
+        t.tokens_offset.append(tok_off)
+        t.tokens.append(int(tokens.size))
+        t.docs.append(int(lens.size))
+        t.doclens_offset.append(len_off)
+        t.doclens_itemsize.append(lens_dtype.itemsize)
+        self.documents += int(lens.size)
+        self.tokens += int(tokens.size)
+        self._pending_tokens, self._pending_lens, self._pending_count = [], [], 0
+
+    def _write_docs(self, ids: np.ndarray, lengths: np.ndarray) -> None:
+        ext = EXT_FOR_DTYPE[self.dtype_name]
+        pos = 0
+        for n in lengths.tolist():
+            key = self._next_key()
+            off = self._member(f"{key}.tokens.{ext}", memoryview(np.ascontiguousarray(ids[pos:pos + n])).cast("B"))
+            t = self.table
+            t.key.append(key)
+            t.tokens_offset.append(off)
+            t.tokens.append(n)
+            t.docs.append(1)
+            t.doclens_offset.append(-1)
+            t.doclens_itemsize.append(0)
+            pos += n
+        self.documents += len(lengths)
+        self.tokens += int(lengths.sum())

@@ -1,0 +1,351 @@
+"""``stage``: copy an S3 prefix to a (Lustre) directory, verified, resumable, concurrent.
+
+The flow is list once -> refuse unsafe keys -> skip what is already verified -> download the rest ->
+verify -> rename.  Every object is written to a hidden temporary name beside its target
+(``fsutil.temp_name_for``), checked against the listing (see ``verify.py``), fsynced and only then renamed,
+so an interrupted stage leaves no partial file under a final name; the next run removes the dead
+temporaries and fetches only objects without a still-valid verified record.
+
+Concurrency: a pool of ``concurrency`` workers handles objects; objects below ``multipart_threshold``
+are fetched with one GET each and hashed while they stream (no re-read), larger ones go through one shared
+s3transfer ``TransferManager`` that splits them into concurrent ranged GETs of ``multipart_chunksize``.
+Every GET carries ``If-Match: <listed ETag>`` (s3transfer adds it to ranged GETs once given the ETag), so
+an object replaced mid-stage fails cleanly (HTTP 412) instead of mixing two versions; the next run re-lists
+and fetches the new one.
+
+:func:`stage_prefix` is a plain function so a Slurm job (``stage --submit``) can run the same code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import shlex
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from shardprep.errors import InputDataError
+from shardprep.fsutil import fsync_dir, is_temp_name, temp_name_for
+from shardprep.lustre import STAGED_INPUT_LAYOUT, StripeLayout, prepare_output_dir
+from shardprep.staging import keys as keymod
+from shardprep.staging.manifest import (RemoteObject, VerifiedCopy, VerifiedJournal, list_prefix,
+                                        matches_filters, write_manifest)
+from shardprep.staging.s3client import (DEFAULT_PART_SIZE, ClientOptions, check_transfer_settings,
+                                        describe_client_error, make_client, parse_s3_url, transfer_error)
+from shardprep.staging.summary import TransferSummary, progress_bar
+from shardprep.staging.verify import VerificationFailed, verify_download
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CONCURRENCY = 32
+_STREAM_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class StageOptions:
+    """Everything a stage needs; :meth:`to_argv` turns it back into a command line (for sbatch scripts)."""
+
+    source: str
+    dest: Path
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    concurrency: int = DEFAULT_CONCURRENCY
+    multipart_threshold: int = DEFAULT_PART_SIZE
+    multipart_chunksize: int = DEFAULT_PART_SIZE
+    download_attempts: int = 5
+    layout: StripeLayout | None = STAGED_INPUT_LAYOUT
+    progress: bool | None = None
+    client: ClientOptions = field(default_factory=ClientOptions)
+
+    def __post_init__(self) -> None:
+        check_transfer_settings(self.concurrency, self.multipart_chunksize)
+        object.__setattr__(self, "dest", Path(self.dest))
+
+    def to_argv(self) -> list[str]:
+        """``["stage", SOURCE, DEST, ...]`` reproducing these options; never contains credentials."""
+        argv = ["stage", self.source, str(self.dest), "--concurrency", str(self.concurrency),
+                "--part-size", str(self.multipart_chunksize), "--max-attempts", str(self.client.max_attempts)]
+        for pat in self.include:
+            argv += ["--include", pat]
+        for pat in self.exclude:
+            argv += ["--exclude", pat]
+        for opt, value in (("--endpoint-url", self.client.endpoint_url), ("--profile", self.client.profile),
+                           ("--region", self.client.region)):
+            if value:
+                argv += [opt, value]
+        if self.layout is None:
+            argv.append("--no-stripe")
+        elif self.layout != STAGED_INPUT_LAYOUT:
+            argv.append("--stripe-layout=" + shlex.join(self.layout.args))
+        return argv
+
+
+@dataclass(frozen=True)
+class StageItem:
+    obj: RemoteObject
+    relative: str        # local path relative to the destination (POSIX form)
+
+
+@dataclass
+class StagePlan:
+    """The outcome of listing and checking: what would be copied and what is already there."""
+
+    source: str
+    bucket: str
+    todo: list[StageItem]
+    skipped: list[StageItem]
+
+    @property
+    def todo_bytes(self) -> int:
+        return sum(i.obj.size for i in self.todo)
+
+
+def select_objects(listing: list[RemoteObject], prefix: str, include: tuple[str, ...],
+                   exclude: tuple[str, ...]) -> list[tuple[RemoteObject, str]]:
+    """(object, key below the prefix) for every non-folder object passing the filters."""
+    chosen = []
+    for obj in listing:
+        rel = keymod.relative_key(obj.key, prefix)
+        if keymod.is_directory_marker(rel, obj.size) or (rel == "" and obj.size == 0):
+            continue
+        if matches_filters(rel, include, exclude):
+            chosen.append((obj, rel))
+    return chosen
+
+
+def plan_stage(options: StageOptions, client: Any) -> StagePlan:
+    """List once, filter, refuse unsafe keys (raising before anything is written), find what to skip."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    loc = parse_s3_url(options.source, what="SOURCE")
+    try:
+        listing = list_prefix(client, loc.bucket, loc.prefix)
+    except (BotoCoreError, ClientError) as e:
+        raise transfer_error(e, what=f"listing {loc.url}") from e
+    selected = select_objects(listing, loc.prefix, options.include, options.exclude)
+    if not selected:
+        raise InputDataError(f"no objects under {loc.url} match the filters "
+                             f"({len(listing)} listed; include={list(options.include)} "
+                             f"exclude={list(options.exclude)})")
+    mapping, refused = keymod.plan_local_paths(rel for _, rel in selected)
+    if refused:
+        log.error("keys that cannot be staged safely:\n%s", keymod.format_refused(refused, limit=1000))
+        shown = "; ".join(f"{r.key!r} ({r.reason})" for r in refused[:3])
+        more = f" and {len(refused) - 3} more" if len(refused) > 3 else ""
+        raise InputDataError(f"{len(refused)} key(s) under {loc.url} would escape or collide in {options.dest}: "
+                             f"{shown}{more}; nothing was written",
+                             hint="leave them out with --exclude")
+    verified = VerifiedJournal(options.dest).load()
+    todo, skipped = [], []
+    for obj, rel in selected:
+        item = StageItem(obj, str(mapping[rel]))
+        rec = verified.get(obj.key)
+        if rec is not None and rec.path == item.relative and rec.still_valid(obj, options.dest / item.relative):
+            skipped.append(item)
+        else:
+            todo.append(item)
+    return StagePlan(loc.url, loc.bucket, todo, skipped)
+
+
+class _Stager:
+    """Runs one plan: owns the client, the transfer manager, the journal and the progress bar."""
+
+    def __init__(self, options: StageOptions, client: Any, plan: StagePlan):
+        self.options = options
+        self.client = client
+        self.plan = plan
+        self.journal = VerifiedJournal(options.dest)
+        self.summary = TransferSummary("staged", skipped_as="already verified",
+                                       planned_files=len(plan.todo) + len(plan.skipped), planned_bytes=plan.todo_bytes)
+        self.bar = progress_bar(plan.todo_bytes, desc="stage", enabled=options.progress)
+        self._dirs: set[Path] = set()
+        self._dirs_lock = threading.Lock()
+        self._tm = None
+
+    def transfer_manager(self) -> Any:
+        from boto3.s3.transfer import TransferConfig, create_transfer_manager
+
+        if self._tm is None:
+            config = TransferConfig(multipart_threshold=self.options.multipart_threshold,
+                                    multipart_chunksize=self.options.multipart_chunksize,
+                                    max_concurrency=self.options.concurrency,
+                                    num_download_attempts=self.options.download_attempts,
+                                    preferred_transfer_client="classic")
+            self._tm = create_transfer_manager(self.client, config)
+        return self._tm
+
+    def remove_dead_temporaries(self) -> int:
+        """Delete temporaries a killed run left for the objects about to be fetched.
+
+        One ``scandir`` per directory that receives objects (not one glob per object, which is quadratic
+        in a directory of many files).
+        """
+        wanted: dict[Path, set[str]] = {}
+        for item in self.plan.todo:
+            target = self.options.dest / item.relative
+            wanted.setdefault(target.parent, set()).add(target.name)
+        removed = 0
+        for directory, names in wanted.items():
+            try:
+                entries = list(os.scandir(directory))
+            except FileNotFoundError:
+                continue
+            for entry in entries:
+                # temp_name_for: ".<target name>.<host>.<pid>.tmp" (the host part has no dots)
+                parts = entry.name[:-len(".tmp")].rsplit(".", 2) if is_temp_name(entry.name) else []
+                if len(parts) == 3 and parts[0][1:] in names:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(entry.path)
+                        removed += 1
+        if removed:
+            log.info("removed %d temporary file(s) left by an interrupted stage", removed)
+        return removed
+
+    def run(self) -> TransferSummary:
+        for item in self.plan.skipped:
+            self.summary.add_skipped(item.obj.size)
+        self.remove_dead_temporaries()
+        pool = ThreadPoolExecutor(self.options.concurrency, thread_name_prefix="stage")
+        interrupted = True
+        try:
+            futures = {pool.submit(self.fetch, item): item for item in self.plan.todo}
+            for fut in as_completed(futures):
+                item = futures[fut]
+                try:
+                    fut.result()
+                except Exception as e:  # one object failing must not stop the others
+                    reason = _reason(e)
+                    log.warning("failed %s: %s", item.obj.key, reason)
+                    self.summary.add_failed(item.obj.key, reason)
+            interrupted = False
+        finally:
+            # On Ctrl-C: drop queued objects instead of finishing the whole stage first.
+            pool.shutdown(wait=True, cancel_futures=True)
+            if self._tm is not None:
+                self._tm.shutdown(cancel=interrupted)
+            self.bar.close()
+            for d in sorted(self._dirs):
+                with contextlib.suppress(FileNotFoundError):
+                    fsync_dir(d)
+            self.journal.compact()
+        return self.summary.finish()
+
+    def fetch(self, item: StageItem) -> None:
+        """Download, verify, fsync, rename one object; record it in the journal."""
+        obj = item.obj
+        target = self.options.dest / item.relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = temp_name_for(target)
+        try:
+            if obj.size < self.options.multipart_threshold:
+                stream_md5 = self._get_whole(obj, tmp)
+            else:
+                stream_md5 = None
+                self._get_in_parts(obj, tmp)
+
+            def head(**extra: Any) -> dict[str, Any]:
+                return self.client.head_object(Bucket=self.plan.bucket, Key=obj.key, **extra)
+
+            result = verify_download(tmp, size=obj.size, etag=obj.etag, head=head, md5_of_stream=stream_md5)
+            os.replace(tmp, target)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+            raise
+        with self._dirs_lock:
+            self._dirs.add(target.parent)
+        st = target.stat()
+        self.journal.append(VerifiedCopy(key=obj.key, path=item.relative, size=obj.size, etag=obj.etag,
+                                         method=result.method, checksum=result.value, mtime_ns=st.st_mtime_ns,
+                                         verified_at=round(time.time(), 3)))
+        self.summary.add_done(obj.size)
+
+    def _get_whole(self, obj: RemoteObject, tmp: Path) -> str:
+        """One GET, hashed while written; retried on mid-stream errors (botocore retries the request)."""
+        from s3transfer.utils import S3_RETRYABLE_DOWNLOAD_ERRORS
+
+        last: Exception | None = None
+        for attempt in range(1, self.options.download_attempts + 1):
+            written = 0
+            try:
+                resp = self.client.get_object(Bucket=self.plan.bucket, Key=obj.key, **_if_match(obj))
+                md5 = hashlib.md5(usedforsecurity=False)
+                with open(tmp, "wb") as f:
+                    for chunk in resp["Body"].iter_chunks(_STREAM_CHUNK):
+                        f.write(chunk)
+                        md5.update(chunk)
+                        written += len(chunk)
+                        self.bar.update(len(chunk))
+                    f.flush()
+                    os.fsync(f.fileno())
+                return md5.hexdigest()
+            except S3_RETRYABLE_DOWNLOAD_ERRORS as e:
+                self.bar.update(-written)
+                last = e
+                log.debug("%s: stream interrupted (attempt %d): %s", obj.key, attempt, e)
+        assert last is not None
+        raise last
+
+    def _get_in_parts(self, obj: RemoteObject, tmp: Path) -> None:
+        """Concurrent ranged GETs through s3transfer into the (seekable) temporary file."""
+        from s3transfer.subscribers import BaseSubscriber
+
+        bar = self.bar
+
+        class _Progress(BaseSubscriber):
+            def on_queued(self, future: Any, **kwargs: Any) -> None:
+                # Saves s3transfer its HEAD request; the ETag makes every ranged GET If-Match it.
+                future.meta.provide_transfer_size(obj.size)
+                future.meta.provide_object_etag(_if_match(obj).get("IfMatch"))
+
+            def on_progress(self, future: Any, bytes_transferred: int, **kwargs: Any) -> None:
+                bar.update(bytes_transferred)
+
+        with open(tmp, "wb") as f:
+            future = self.transfer_manager().download(self.plan.bucket, obj.key, f, subscribers=[_Progress()])
+            future.result()
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def _if_match(obj: RemoteObject) -> dict[str, str]:
+    """``If-Match: <listed ETag>``: a GET of an object replaced since the listing fails with 412."""
+    return {"IfMatch": f'"{obj.etag}"'} if obj.etag else {}
+
+
+def _reason(exc: BaseException) -> str:
+    from botocore.exceptions import BotoCoreError, ClientError
+    from s3transfer.exceptions import S3DownloadFailedError
+
+    # 412 on our own GET, or s3transfer's wrapping of the 412 on a ranged GET
+    if (isinstance(exc, ClientError) and exc.response.get("Error", {}).get("Code") in ("PreconditionFailed", "412")) \
+            or (isinstance(exc, S3DownloadFailedError) and "did not match expected ETag" in str(exc)):
+        return "object changed since it was listed (ETag no longer matches); re-run to fetch the new version"
+    if isinstance(exc, (ClientError, BotoCoreError)):
+        return describe_client_error(exc, what="download")
+    if isinstance(exc, VerificationFailed):
+        return f"verification failed: {exc}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def stage_prefix(options: StageOptions, *, client: Any = None) -> TransferSummary:
+    """Stage ``options.source`` into ``options.dest``; return the summary (call ``raise_if_failed``).
+
+    Raises before writing anything when the listing fails, nothing matches, or keys are unsafe.
+    The destination gets the staged-input stripe layout when it is a new directory on Lustre.
+    """
+    client = client or make_client(options.client)
+    plan = plan_stage(options, client)
+    lustre = prepare_output_dir(options.dest, options.layout)
+    items = sorted(plan.todo + plan.skipped, key=lambda i: i.obj.key)
+    write_manifest(options.dest, source=plan.source, include=options.include, exclude=options.exclude,
+                   objects=[(i.obj, i.relative) for i in items], lustre=lustre)
+    log.info("%s: %d objects to fetch (%d bytes), %d already verified", plan.source, len(plan.todo),
+             plan.todo_bytes, len(plan.skipped))
+    return _Stager(options, client, plan).run()

@@ -1,0 +1,1 @@
+"""Tokenizer side: resolving and freezing a tokenizer (``load``) and encoding backends (``backend``)."""

@@ -1,0 +1,181 @@
+"""Resolve a tokenizer spec (``tokenizer.json``, a directory, or a Hugging Face hub id) to a frozen,
+fingerprinted fast tokenizer.
+
+Why freeze: array tasks run on compute nodes, often without network, possibly days after planning.
+``plan`` serialises the Rust tokenizer to ``<output>/tokenizer.json`` once; every task loads that file,
+so all tasks use the identical tokenizer and none touches the hub.  The fingerprint is the sha256 of that
+serialisation plus the special-token choices, so "same fingerprint" means "same ids".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import orjson
+
+from shardprep.errors import TokenizerError
+from shardprep.shard.format import dtype_for_vocab
+
+log = logging.getLogger(__name__)
+
+# Special tokens commonly used as end-of-document markers, in order of preference, for bare
+# tokenizer.json files that carry no tokenizer_config.json naming their EOS.
+_EOS_CANDIDATES = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>", "<|eot_id|>", "[SEP]", "<|im_end|>")
+_BOS_CANDIDATES = ("<|begin_of_text|>", "<s>", "<bos>", "[CLS]")
+_PAD_CANDIDATES = ("<pad>", "[PAD]", "<|pad|>")
+
+
+@dataclass(frozen=True)
+class TokenizerInfo:
+    """What job.json and index.json record about the tokenizer."""
+
+    source: str
+    fingerprint: str
+    vocab_size: int
+    dtype: str
+    eos_token: str | None
+    eos_id: int | None
+    bos_token: str | None
+    bos_id: int | None
+    pad_token: str | None
+    pad_id: int | None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ResolvedTokenizer:
+    json: str            # Rust tokenizer serialisation (what tasks load)
+    info: TokenizerInfo
+
+
+def _special_from_config(directory: Path) -> dict[str, str]:
+    """eos/bos/pad token strings from tokenizer_config.json / special_tokens_map.json, when present."""
+    out: dict[str, str] = {}
+    for name in ("special_tokens_map.json", "tokenizer_config.json"):
+        p = directory / name
+        if not p.is_file():
+            continue
+        try:
+            cfg = orjson.loads(p.read_bytes())
+        except orjson.JSONDecodeError as e:
+            raise TokenizerError(f"{p}: invalid JSON: {e}") from None
+        for kind in ("eos_token", "bos_token", "pad_token"):
+            v = cfg.get(kind)
+            if isinstance(v, dict):
+                v = v.get("content")
+            if isinstance(v, str) and v:
+                out[kind] = v
+    return out
+
+
+def _load_json_file(path: Path) -> str:
+    from tokenizers import Tokenizer
+
+    try:
+        return Tokenizer.from_file(str(path)).to_str()
+    except Exception as e:
+        raise TokenizerError(
+            f"{path} is not a fast-tokenizer JSON file ({e})",
+            hint="pass a tokenizer.json saved by the `tokenizers` library, or the directory holding it",
+        ) from None
+
+
+def _load_with_transformers(spec: str) -> tuple[str, dict[str, str]]:
+    try:
+        from transformers import AutoTokenizer
+    except ImportError as e:  # pragma: no cover - transformers is a dependency
+        raise TokenizerError(f"cannot load {spec!r}: transformers is not installed ({e})") from None
+    try:
+        tok = AutoTokenizer.from_pretrained(spec, use_fast=True)
+    except Exception as e:
+        offline = os.environ.get("HF_HUB_OFFLINE") in ("1", "true", "True")
+        raise TokenizerError(
+            f"cannot load tokenizer {spec!r}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
+            hint="give a local tokenizer.json or directory" + ("" if offline else ", or check network/HF_TOKEN"),
+        ) from None
+    if not getattr(tok, "is_fast", False):
+        raise TokenizerError(
+            f"tokenizer {spec!r} is a slow (Python) tokenizer ({type(tok).__name__}); shardprep only runs fast "
+            f"(Rust) tokenizers",
+            hint="convert it once with transformers (AutoTokenizer.from_pretrained(..., use_fast=True)"
+                 ".save_pretrained(dir)) or supply a tokenizer.json",
+        )
+    special = {k: getattr(tok, k) for k in ("eos_token", "bos_token", "pad_token") if getattr(tok, k, None)}
+    return tok.backend_tokenizer.to_str(), special
+
+
+def _pick(special: dict[str, str], kind: str, added: set[str], candidates: tuple[str, ...]) -> str | None:
+    if kind in special:
+        return special[kind]
+    for c in candidates:
+        if c in added:
+            return c
+    return None
+
+
+def tokenizer_fingerprint(tok_json: str, special: dict[str, str | None]) -> str:
+    """sha256 of the frozen serialisation plus the chosen eos/bos/pad strings."""
+    h = hashlib.sha256(tok_json.encode("utf-8"))
+    h.update(orjson.dumps({k: special.get(k) for k in ("eos", "bos", "pad")}, option=orjson.OPT_SORT_KEYS))
+    return h.hexdigest()
+
+
+def check_frozen_tokenizer(tok_json: str, info: dict, path: object) -> None:
+    """Refuse a frozen tokenizer.json that no longer matches the plan's fingerprint."""
+    special = {"eos": info.get("eos_token"), "bos": info.get("bos_token"), "pad": info.get("pad_token")}
+    if tokenizer_fingerprint(tok_json, special) != info["fingerprint"]:
+        raise TokenizerError(f"{path} was modified after planning (fingerprint mismatch)",
+                             hint="re-plan into a new output directory")
+
+
+def _looks_like_path(spec: str) -> bool:
+    """Hub ids are ``name`` or ``org/name``; anything else that does not exist is a missing local path."""
+    return spec.startswith((".", "/", "~")) or spec.endswith(".json") or spec.count("/") > 1
+
+
+def resolve_tokenizer(spec: str, *, eos_token: str | None = None, bos_token: str | None = None) -> ResolvedTokenizer:
+    """Load ``spec`` and describe it.  Raises TokenizerError with the spec and a next step on failure."""
+    from tokenizers import Tokenizer
+
+    path = Path(spec)
+    special: dict[str, str] = {}
+    if path.is_file():
+        tok_json = _load_json_file(path)
+        special = _special_from_config(path.parent)
+    elif path.is_dir():
+        if (path / "tokenizer.json").is_file():
+            tok_json = _load_json_file(path / "tokenizer.json")
+            special = _special_from_config(path)
+        else:
+            tok_json, special = _load_with_transformers(str(path))
+    elif _looks_like_path(spec):
+        raise TokenizerError(f"tokenizer {spec} does not exist")
+    else:
+        tok_json, special = _load_with_transformers(spec)
+
+    tok = Tokenizer.from_str(tok_json)
+    vocab = tok.get_vocab(with_added_tokens=True)
+    vocab_size = max(vocab.values()) + 1 if vocab else 0
+    added = {t.content for t in tok.get_added_tokens_decoder().values()}
+    chosen = {
+        "eos": eos_token or _pick(special, "eos_token", added, _EOS_CANDIDATES),
+        "bos": bos_token or _pick(special, "bos_token", added, _BOS_CANDIDATES),
+        "pad": _pick(special, "pad_token", added, _PAD_CANDIDATES),
+    }
+    ids: dict[str, int | None] = {}
+    for kind, token in chosen.items():
+        ids[kind] = tok.token_to_id(token) if token else None
+        if token and ids[kind] is None:
+            raise TokenizerError(f"{kind.upper()} token {token!r} is not in the vocabulary of {spec}")
+    info = TokenizerInfo(
+        source=spec, fingerprint=tokenizer_fingerprint(tok_json, chosen), vocab_size=vocab_size, dtype=dtype_for_vocab(vocab_size),
+        eos_token=chosen["eos"], eos_id=ids["eos"], bos_token=chosen["bos"], bos_id=ids["bos"],
+        pad_token=chosen["pad"], pad_id=ids["pad"],
+    )
+    return ResolvedTokenizer(tok_json, info)

@@ -1,0 +1,209 @@
+"""The ``auto`` check: a fast backend must reproduce the reference (``hf``) ids exactly before it is used.
+
+Why both fixed hard cases and the task's own documents: the hard cases cover what breaks re-implemented
+tokenizers (whitespace runs, scripts without spaces, grapheme clusters, digit splitting, pathological
+word lengths, special-token strings, control characters) even when a task's text happens to avoid them;
+the sample covers whatever this particular corpus contains.  One mismatching id anywhere fails the check,
+and the record of what differed goes into the shard sidecar so the fallback is explainable.
+
+The check costs one reference encode of the hard cases and the sample (bounded by ``max_sample_chars``),
+~0.1 s per task with the GPT-2 tokenizer.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from typing import Protocol
+
+import numpy as np
+import orjson
+
+DEFAULT_SAMPLE_DOCS = 128
+DEFAULT_SAMPLE_CHARS = 128 * 1024
+_SHOW_IDS = 8            # ids either side of the first difference kept in the record
+_SHOW_CHARS = 120        # characters of the offending text kept in the record
+
+# Strings that are special tokens in common tokenizers; in raw text they must stay plain text (unless the
+# job allows special tokens) under every backend.
+_COMMON_SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<s>", "</s>", "<unk>", "<pad>", "[CLS]",
+                    "[SEP]", "[MASK]", "<|begin_of_text|>", "<|eot_id|>", "<bos>", "<eos>")
+
+_HARD_CASES: tuple[tuple[str, str], ...] = (
+    ("whitespace: runs of spaces", "a  b   c    d" + " " * 40 + "e"),
+    ("whitespace: tabs and newlines", "\tx\t\ty\n\nz\n\n\n  \n\t \n w"),
+    ("whitespace: leading and trailing", "   leading and trailing   "),
+    ("whitespace: only", " \t  \n "),
+    ("whitespace: CRLF", "line one\r\nline two\r\n\r\nline three\r"),
+    ("whitespace: unicode spaces", "no\u00a0break\u2003em\u3000ideographic\u2028line\u2029para\u0085nel"),
+    ("CJK: Chinese", "中文文本同样需要被正确地切分。我们在北京大学学习自然语言处理。"),
+    ("CJK: Japanese", "日本語のテキストも正しく処理されます。カタカナとひらがなと漢字。"),
+    ("Korean", "한국어 문장은 토크나이저에게 어려운 경우입니다. 서울특별시에서 만나요!"),
+    ("scripts: Arabic, Hebrew, Devanagari, Thai", "مرحبا بالعالم שלום עולם नमस्ते दुनिया สวัสดีชาวโลก"),
+    ("Latin diacritics and combining marks", "Ünïcödé façade naïve café — déjà vu; e\u0301 a\u0308 n\u0303"),
+    ("emoji", "Emoji 😀😃😄 🚀 and ✨ sparkles ❤️"),
+    ("emoji: ZWJ sequences", "👩‍👩‍👧‍👦 family 👨‍💻 coder 🏳️‍🌈 flag 🧑🏽‍🚀"),
+    ("emoji: skin tones and flags", "👍🏽 👋🏿 🇺🇸🇯🇵🇰🇷 🏴󠁧󠁢󠁳󠁣󠁴󠁿"),
+    ("digits", "1234567890 3.14159 2026-11-22 1,000,000 0x1F 007 12345678901234567890"),
+    ("digits: non-ASCII", "٠١٢٣٤٥٦٧٨٩ ०१२३ ０１２３ ½ ² ⅷ"),
+    ("contractions and case", "I'm you're he'll we'd they've DON'T It'S O'Neil's"),
+    ("punctuation runs", "!!!??? ... --- ___ *** ``` ''' \"\"\" <<<>>> {{{}}} ((())) @@@ ### $$$"),
+    ("code", "def f(x):\n    return x**2  # comment\n\tif (a && b) { c->d[0] = 'e'; }"),
+    ("URL and email", "https://example.org/a/b?c=d&e=f#g user.name+tag@example.com"),
+    ("control characters", "a\x00b\x01c\x07d\x08e\x0bf\x0cg\x1b[31mred\x1b[0m\x7fh"),
+    ("zero-width and format characters", "zero\u200bwidth\u200cnon\u200djoiner\ufeffbom\u2060wj\u00adsoft"),
+    ("private use and astral", "\ue000\uf8ff \U0001d54f\U0001d552\U0001d55b \U00020000\U0002a6d6"),
+    ("replacement and noncharacters", "\ufffd\ufffe\uffff bad\ufffdbytes"),
+    ("very long word: ASCII", "a" * 10_000),
+    ("very long word: mixed", "supercalifragilistic" * 300),
+    ("very long word: CJK", "漢字" * 2_000),
+    ("very long word: digits", "9" * 5_000),
+    ("very long word: emoji", "😀" * 1_000),
+    ("very long whitespace", " " * 5_000 + "x" + "\n" * 2_000 + "y"),
+)
+
+
+class _Encoder(Protocol):
+    def encode_batch(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]: ...
+
+    def describe(self) -> dict: ...
+
+
+_ADDED_KEY = re.compile(r'"added_tokens"\s*:\s*')
+
+
+def added_tokens_span(tokenizer_json: str) -> tuple[list[dict], int, int] | None:
+    """The ``added_tokens`` list and where its JSON text starts and ends, without parsing the rest.
+
+    ``tokenizers`` serialises ``added_tokens`` before the vocabulary, so the first match is the top-level
+    key; parsing only that array saves ~30 ms per task over loading the whole 1-4 MB document.  None when
+    the text does not look like that (callers then parse everything).
+    """
+    m = _ADDED_KEY.search(tokenizer_json)
+    if m is None:
+        return None
+    try:
+        added, end = json.JSONDecoder().raw_decode(tokenizer_json, m.end())
+    except ValueError:
+        return None
+    if not isinstance(added, list) or not all(isinstance(t, dict) for t in added):
+        return None
+    return added, m.end(), end
+
+
+def special_token_cases(tokenizer_json: str) -> list[tuple[str, str]]:
+    """Texts embedding the tokenizer's own added-token strings plus common special-token strings."""
+    span = added_tokens_span(tokenizer_json)
+    if span is not None:
+        added = span[0]
+    else:
+        try:
+            added = orjson.loads(tokenizer_json).get("added_tokens") or []
+        except orjson.JSONDecodeError:
+            added = []
+    own = [t["content"] for t in added if isinstance(t, dict) and isinstance(t.get("content"), str)]
+    strings = list(dict.fromkeys(own + list(_COMMON_SPECIALS)))
+    cases = [("special-token strings: inline", "text " + " and ".join(strings) + " more text"),
+             ("special-token strings: glued", "x".join(strings) + "".join(strings))]
+    for s in own[:64]:
+        cases.append((f"special-token string {s!r}", f"{s}start {s} middle{s}end {s}"))
+    return cases
+
+
+def hard_cases(tokenizer_json: str) -> list[tuple[str, str]]:
+    """(label, text) pairs every fast backend must reproduce; includes the tokenizer's own specials."""
+    return list(_HARD_CASES) + special_token_cases(tokenizer_json)
+
+
+def sample_of(texts: list[str], *, max_docs: int = DEFAULT_SAMPLE_DOCS,
+              max_chars: int = DEFAULT_SAMPLE_CHARS) -> list[int]:
+    """Indices of evenly spaced documents, at most ``max_docs`` and about ``max_chars`` characters.
+
+    Evenly spaced rather than the first few: files often start with boilerplate unlike their body.
+    A document longer than the budget is still taken when nothing else was (long documents are where
+    re-implementations diverge), but never more than one such.
+    """
+    if not texts:
+        return []
+    step = max(1, len(texts) // max_docs)
+    chosen: list[int] = []
+    total = 0
+    for i in range(0, len(texts), step):
+        n = len(texts[i])
+        if total + n > max_chars and chosen:
+            continue
+        chosen.append(i)
+        total += n
+        if len(chosen) >= max_docs or total >= max_chars:
+            break
+    return chosen
+
+
+def _first_difference(expected: np.ndarray, got: np.ndarray) -> int:
+    n = min(len(expected), len(got))
+    diff = np.flatnonzero(expected[:n] != got[:n])
+    return int(diff[0]) if diff.size else n
+
+
+def _per_doc(flat: np.ndarray, lengths: np.ndarray) -> list[np.ndarray]:
+    return np.split(flat, np.cumsum(lengths)[:-1]) if len(lengths) else []
+
+
+def compare_ids(candidate: _Encoder, reference: _Encoder, cases: list[tuple[str, str]]) -> dict | None:
+    """Encode ``cases`` with both; None when identical, else a description of the first difference."""
+    texts = [t for _, t in cases]
+    ref_flat, ref_len = reference.encode_batch(texts)
+    try:
+        got_flat, got_len = candidate.encode_batch(texts)
+    except Exception as e:
+        return {"reason": f"{candidate.describe()['name']} raised {type(e).__name__}: {str(e)[:200]}"}
+    if np.array_equal(ref_len, got_len) and np.array_equal(ref_flat, got_flat):
+        return None
+    expected_docs, got_docs = _per_doc(ref_flat, ref_len), _per_doc(got_flat, got_len)
+    if len(expected_docs) != len(got_docs):
+        return {"reason": f"returned {len(got_docs)} documents for {len(expected_docs)} inputs"}
+    for i, (exp, got) in enumerate(zip(expected_docs, got_docs)):
+        if np.array_equal(exp, got):
+            continue
+        pos = _first_difference(exp, got)
+        lo = max(0, pos - _SHOW_IDS)
+        label = cases[i][0]
+        return {
+            "reason": f"ids differ on {label} at token {pos} ({len(got)} vs {len(exp)} tokens)",
+            "case": label,
+            "text": texts[i][:_SHOW_CHARS],
+            "token": pos,
+            "expected": exp[lo:pos + _SHOW_IDS].tolist(),
+            "got": got[lo:pos + _SHOW_IDS].tolist(),
+        }
+    return {"reason": "ids differ"}  # pragma: no cover - array_equal and per-document equality disagree
+
+
+def verify_backend(candidate: _Encoder, reference: _Encoder, tokenizer_json: str, sample_texts: list[str], *,
+                   max_sample_docs: int = DEFAULT_SAMPLE_DOCS,
+                   max_sample_chars: int = DEFAULT_SAMPLE_CHARS) -> dict:
+    """Compare ``candidate`` with ``reference`` on the hard cases and a sample of ``sample_texts``.
+
+    Returns the record stored in the sidecar's ``backend.check``: ``passed``, what was compared, how long
+    it took and, on failure, ``reason`` and the first mismatch.
+    """
+    started = time.perf_counter()
+    fixed = hard_cases(tokenizer_json)
+    picked = sample_of(sample_texts, max_docs=max_sample_docs, max_chars=max_sample_chars)
+    cases = fixed + [(f"task document {i} of the first batch", sample_texts[i]) for i in picked]
+    mismatch = compare_ids(candidate, reference, cases)
+    ref = reference.describe()
+    record: dict = {
+        "passed": mismatch is None,
+        "reference": f"{ref['name']} {ref.get('version', '')}".strip(),
+        "hard_cases": len(fixed),
+        "sample_documents": len(picked),
+        "sample_chars": sum(len(sample_texts[i]) for i in picked),
+        "elapsed_s": round(time.perf_counter() - started, 3),
+    }
+    if mismatch is not None:
+        record["reason"] = mismatch.pop("reason")
+        if mismatch:
+            record["mismatch"] = mismatch
+    return record

@@ -1,0 +1,36 @@
+"""Shared fixtures: a tokenizer trained offline, and the shared GPT-2 tokenizer/corpus when present
+(tests skip cleanly without them).  Plain helper functions live in ``helpers.py``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+# Session fixtures shared by several test modules: a real S3 API (moto server) and the live Slurm cluster.
+pytest_plugins = ("s3_server", "slurm_cluster")
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+GPT2_TOKENIZER = SHARED / "tokenizers" / "gpt2" / "tokenizer.json"
+SHARED_CORPUS = SHARED / "corpus"
+
+
+@pytest.fixture(scope="session")
+def sample_tokenizer(tmp_path_factory) -> Path:
+    from shardprep.sample import build_sample_tokenizer
+
+    return build_sample_tokenizer(tmp_path_factory.mktemp("tok") / "tokenizer.json")
+
+
+@pytest.fixture(scope="session")
+def gpt2_tokenizer() -> Path:
+    if not GPT2_TOKENIZER.is_file():
+        pytest.skip(f"shared GPT-2 tokenizer not present at {GPT2_TOKENIZER}")
+    return GPT2_TOKENIZER
+
+
+@pytest.fixture(scope="session")
+def shared_corpus() -> Path:
+    if not (SHARED_CORPUS / "wikitext2_valid.txt").is_file():
+        pytest.skip(f"shared corpus not present in {SHARED_CORPUS}")
+    return SHARED_CORPUS

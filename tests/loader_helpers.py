@@ -1,0 +1,88 @@
+"""Helpers for the loader tests: uneven real datasets, legacy tars, and a brute-force reference stream."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import orjson
+
+
+def write_uneven_corpus(directory: Path, docs_per_file: list[int], *, seed: int = 0) -> Path:
+    """One .txt file per entry, with that many generated documents (one per line)."""
+    from shardprep.sample import sample_documents
+
+    directory.mkdir(parents=True, exist_ok=True)
+    for i, n in enumerate(docs_per_file):
+        docs = sample_documents(n, seed=seed * 100 + i)
+        (directory / f"part-{i:03d}.txt").write_text("\n".join(docs) + "\n", encoding="utf-8")
+    return directory
+
+
+def make_dataset(root: Path, tokenizer: Path, docs_per_file: list[int], *, chunk_tokens: int = 1500,
+                 layout: str = "pack", seed: int = 0) -> Path:
+    """A finalized shardprep output with one shard per entry of ``docs_per_file``."""
+    from shardprep.pipeline import tokenize_directory
+
+    corpus = write_uneven_corpus(root / "corpus", docs_per_file, seed=seed)
+    return tokenize_directory(corpus, root / "out", tokenizer, workers=1, chunk_tokens=chunk_tokens, layout=layout)
+
+
+def documents_by_shard(output: Path) -> list[list[list[int]]]:
+    """Every document, grouped by shard in index order, each shard's documents in file order."""
+    from shardprep.shard.reader import iter_shard_documents
+
+    index = orjson.loads((output / "index.json").read_bytes())
+    out = []
+    for entry in index["shards"]:
+        sidecar = orjson.loads((output / entry["sidecar"]).read_bytes())
+        out.append([d.tolist() for d in iter_shard_documents(output / entry["name"], sidecar)])
+    return out
+
+
+def reference_stream(output: Path, *, seed: int, epoch: int, shuffle: bool) -> tuple[list[int], list[int]]:
+    """The epoch's documents in stream order, built naively: ``(global doc ids, concatenated tokens)``.
+
+    Uses only the public permutation function and the sidecars, not EpochStream/ChunkReader, so it checks
+    them independently: shards permuted, then each shard's chunks, then each chunk's documents.
+    """
+    from shardprep.loader.order import KIND_CHUNKS, KIND_SHARDS, doc_order, permutation
+
+    index = orjson.loads((output / "index.json").read_bytes())
+    by_shard = documents_by_shard(output)
+    base = np.concatenate([[0], np.cumsum([len(d) for d in by_shard])])
+    ids: list[int] = []
+    tokens: list[int] = []
+    for shard in permutation(len(by_shard), seed=seed, epoch=epoch, kind=KIND_SHARDS, shuffle=shuffle).tolist():
+        docs_per_chunk = orjson.loads((output / index["shards"][shard]["sidecar"]).read_bytes())["chunks"]["docs"]
+        first = np.concatenate([[0], np.cumsum(docs_per_chunk)])
+        for chunk in permutation(len(docs_per_chunk), seed=seed, epoch=epoch, kind=KIND_CHUNKS, index=(shard,),
+                                 shuffle=shuffle).tolist():
+            for d in doc_order(docs_per_chunk[chunk], seed=seed, epoch=epoch, shard=shard, chunk=chunk,
+                               shuffle=shuffle).tolist():
+                doc = int(first[chunk]) + d
+                ids.append(int(base[shard]) + doc)
+                tokens.extend(by_shard[shard][doc])
+    return ids, tokens
+
+
+def write_legacy_tars(directory: Path, docs: list[list[int]], per_tar: int, *, extra_member: bool = True) -> list[Path]:
+    """Hand-written WebDataset layout: ``<key>.token_ids.json`` per document (plus a ``.txt`` member)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for t, start in enumerate(range(0, len(docs), per_tar)):
+        path = directory / f"legacy-{t:03d}.tar"
+        with tarfile.open(path, "w") as tf:
+            for i, doc in enumerate(docs[start:start + per_tar]):
+                members = {"token_ids.json": json.dumps(doc).encode()}
+                if extra_member:
+                    members["txt"] = f"document {start + i}".encode()
+                for ext, payload in members.items():
+                    info = tarfile.TarInfo(f"sample{start + i:06d}.{ext}")
+                    info.size = len(payload)
+                    tf.addfile(info, io.BytesIO(payload))
+        paths.append(path)
+    return paths

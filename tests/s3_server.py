@@ -1,0 +1,227 @@
+"""A real S3 API for tests: moto's server on 127.0.0.1, plus a small fault-injecting HTTP proxy.
+
+``conftest.py`` registers this module as a plugin, so its fixtures are available everywhere; import the
+plain helpers (``make_bucket``, ``s3_client``, ``aws_env``, ``FaultProxy``) where needed.
+
+``s3_endpoint`` is a session fixture yielding ``http://127.0.0.1:PORT``; the process environment gets
+dummy credentials (moto accepts any) and ``aws_env()`` gives the same for subprocesses, isolated from the
+developer's ``~/.aws``.  ``FaultProxy`` sits between a client and moto to answer chosen requests with
+HTTP errors, throttle response bodies, and log every request with timestamps (for ordering checks).
+"""
+
+from __future__ import annotations
+
+import http.client
+import itertools
+import logging
+import os
+import threading
+import time
+import urllib.parse
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Iterator
+
+import pytest
+
+FAKE_CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_CONFIG_FILE": os.devnull,
+    "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+    "AWS_EC2_METADATA_DISABLED": "true",
+    "NO_PROXY": "127.0.0.1,localhost",
+}
+_DROP = ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "HTTP_PROXY", "HTTPS_PROXY",
+         "http_proxy", "https_proxy")
+_bucket_counter = itertools.count()
+
+
+def aws_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment for a subprocess talking to the test server (no real credentials can leak in)."""
+    env = {k: v for k, v in os.environ.items() if k not in _DROP}
+    env.update(FAKE_CREDENTIALS)
+    env.update(extra or {})
+    return env
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[str]:
+    """Start moto's threaded server on a free 127.0.0.1 port for the whole session."""
+    pytest.importorskip("moto.server")
+    from moto.server import ThreadedMotoServer
+
+    saved = {k: os.environ.get(k) for k in (*FAKE_CREDENTIALS, *_DROP)}
+    for k in _DROP:
+        os.environ.pop(k, None)
+    os.environ.update(FAKE_CREDENTIALS)
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.stop()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def s3_client(endpoint: str) -> Any:
+    import boto3
+
+    return boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                        aws_access_key_id="testing", aws_secret_access_key="testing")
+
+
+def make_bucket(endpoint: str, stem: str = "test") -> str:
+    """Create a fresh, uniquely named bucket and return its name."""
+    name = f"{stem}-{os.getpid()}-{next(_bucket_counter)}"
+    s3_client(endpoint).create_bucket(Bucket=name)
+    return name
+
+
+# --------------------------------------------------------------------------------------------- proxy
+
+
+@dataclass
+class RequestRecord:
+    method: str
+    path: str          # unquoted path, e.g. /bucket/key
+    query: str
+    status: int
+    started: float
+    ended: float
+
+
+@dataclass
+class FaultRule:
+    substring: str     # matched against the unquoted path
+    methods: tuple[str, ...]
+    status: int
+    remaining: int     # -1: forever
+
+
+@dataclass
+class _ProxyState:
+    upstream: tuple[str, int]
+    rules: list[FaultRule] = field(default_factory=list)
+    throttle_bps: float | None = None
+    log: list[RequestRecord] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    state: _ProxyState  # set on the subclass per proxy
+
+    def log_message(self, *args: Any) -> None:  # keep test output quiet
+        pass
+
+    def _read_body(self) -> bytes:
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            out = bytearray()
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip(), 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass
+                    return bytes(out)
+                out += self.rfile.read(size)
+                self.rfile.readline()
+        return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+
+    def _fault(self, path: str) -> int | None:
+        with self.state.lock:
+            for rule in self.state.rules:
+                if rule.substring in path and self.command in rule.methods and rule.remaining != 0:
+                    if rule.remaining > 0:
+                        rule.remaining -= 1
+                    return rule.status
+        return None
+
+    def _record(self, path: str, query: str, status: int, started: float) -> None:
+        with self.state.lock:
+            self.state.log.append(RequestRecord(self.command, path, query, status, started, time.monotonic()))
+
+    def _proxy(self) -> None:
+        started = time.monotonic()
+        parsed = urllib.parse.urlsplit(self.path)
+        path = urllib.parse.unquote(parsed.path)
+        body = self._read_body()
+        status = self._fault(path)
+        if status is not None:
+            payload = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>InternalError</Code>'
+                       b"<Message>injected by FaultProxy</Message></Error>")
+            self.send_response(status)
+            self.send_header("Content-Type", "application/xml")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(payload)
+            self._record(path, parsed.query, status, started)
+            return
+        conn = http.client.HTTPConnection(*self.state.upstream, timeout=120)
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in ("transfer-encoding", "connection")}
+        headers["Content-Length"] = str(len(body))
+        conn.request(self.command, self.path, body=body, headers=headers)
+        resp = conn.getresponse()
+        data = resp.read() if self.command != "HEAD" else b""
+        self.send_response(resp.status)
+        for k, v in resp.getheaders():
+            if k.lower() not in ("transfer-encoding", "connection", "content-length", "server", "date"):
+                self.send_header(k, v)
+        length = resp.getheader("Content-Length") if self.command == "HEAD" else str(len(data))
+        self.send_header("Content-Length", length or "0")
+        self.end_headers()
+        step = 64 << 10
+        for i in range(0, len(data), step):
+            self.wfile.write(data[i:i + step])
+            if self.state.throttle_bps:
+                time.sleep(step / self.state.throttle_bps)
+        conn.close()
+        self._record(path, parsed.query, resp.status, started)
+
+    do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _proxy
+
+
+class FaultProxy:
+    """HTTP proxy in front of ``upstream`` (``http://host:port``) with injected faults and a request log."""
+
+    def __init__(self, upstream: str, *, throttle_bytes_per_s: float | None = None):
+        u = urllib.parse.urlsplit(upstream)
+        self.state = _ProxyState(upstream=(u.hostname, u.port), throttle_bps=throttle_bytes_per_s)
+        handler = type("Handler", (_Handler,), {"state": self.state})
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    @property
+    def log(self) -> list[RequestRecord]:
+        with self.state.lock:
+            return list(self.state.log)
+
+    def fail(self, substring: str, *, times: int = -1, methods: tuple[str, ...] = ("GET",), status: int = 500) -> None:
+        """Answer matching requests with ``status`` (``times`` times, or forever with -1)."""
+        with self.state.lock:
+            self.state.rules.append(FaultRule(substring, methods, status, times))
+
+    def requests_for(self, substring: str, method: str | None = None) -> list[RequestRecord]:
+        return [r for r in self.log if substring in r.path and (method is None or r.method == method)]
+
+    def __enter__(self) -> "FaultProxy":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._server.shutdown()
+        self._server.server_close()

@@ -1,0 +1,99 @@
+"""Nothing is lost or half-written when a task dies: SIGKILL mid-write leaves no final-named shard and a
+re-run is byte-identical; the pre-timeout signal (SIGUSR1) stops at a safe point with exit 75."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from helpers import run_cli
+
+from shardprep.errors import EXIT_REQUEUE
+from shardprep.sample import sample_documents
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def big_input(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("big")
+    docs = sample_documents(4000, seed=11)
+    with open(d / "big.txt", "w") as f:
+        for rep in range(6):
+            f.write("\n".join(f"{rep} {t}" for t in docs) + "\n")
+    return d / "big.txt"
+
+
+def _start_task(out: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "shardprep", "run-task", str(out), "--task-id", "0",
+                             "--threads", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for_partial(out: Path, proc: subprocess.Popen, timeout: float = 60) -> Path:
+    """Wait until the task is writing its temporary shard, then a little longer (mid-write)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        temps = list(out.glob(".shard-00000.tar.*.tmp"))
+        if temps:
+            time.sleep(0.5)
+            assert proc.poll() is None, "task finished too quickly to be interrupted mid-write"
+            return temps[0]
+        assert proc.poll() is None, f"task ended before it could be interrupted: {proc.communicate()}"
+        time.sleep(0.01)
+    raise AssertionError("no partial shard appeared")
+
+
+def test_sigkill_mid_write_then_rerun_is_byte_identical(tmp_path, big_input, sample_tokenizer):
+    ref = tmp_path / "ref"
+    run_cli("submit", "-i", big_input, "-o", ref, "-t", sample_tokenizer, "--chunk-tokens", "2000", "--backend", "hf", "--no-progress")
+
+    out = tmp_path / "killed"
+    run_cli("plan", "-i", big_input, "-o", out, "-t", sample_tokenizer, "--chunk-tokens", "2000", "--backend", "hf")
+    proc = _start_task(out)
+    partial = _wait_for_partial(out, proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert partial.exists()  # the dead task's temporary file ...
+    assert not (out / "shard-00000.tar").exists() and not (out / "shard-00000.json").exists()  # ... no final name
+    status = run_cli("status", out, check=5)
+    assert "missing:  1  [0]" in status.stdout
+
+    run_cli("submit", "--resume", out, "--no-progress")
+    assert not partial.exists()  # stale temporary removed by the re-run
+    assert (out / "shard-00000.tar").read_bytes() == (ref / "shard-00000.tar").read_bytes()
+    run_cli("verify", out)
+
+
+def test_pre_timeout_signal_stops_safely_with_requeue_code(tmp_path, big_input, sample_tokenizer):
+    out = tmp_path / "o"
+    run_cli("plan", "-i", big_input, "-o", out, "-t", sample_tokenizer, "--chunk-tokens", "2000", "--backend", "hf")
+    proc = _start_task(out)
+    _wait_for_partial(out, proc)
+    proc.send_signal(signal.SIGUSR1)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == EXIT_REQUEUE, err
+    assert "stopped on SIGUSR1 at a safe point" in err
+    assert not list(out.glob(".shard-*")) and not (out / "shard-00000.tar").exists()
+    # requeued: the same command completes the task
+    run_cli("run-task", out, "--task-id", "0")
+    run_cli("finalize", out)
+    run_cli("verify", out)
+
+
+def test_final_shard_without_sidecar_is_redone(tmp_path, sample_tokenizer):
+    """A task killed between renaming its shard and writing its sidecar left an unconfirmed shard."""
+    f = tmp_path / "in.txt"
+    f.write_text("\n".join(sample_documents(50)) + "\n")
+    out = tmp_path / "o"
+    run_cli("submit", "-i", f, "-o", out, "-t", sample_tokenizer, "--no-progress")
+    good = (out / "shard-00000.tar").read_bytes()
+    os.unlink(out / "shard-00000.json")
+    (out / "shard-00000.tar").write_bytes(good[:1000])  # looks like a shard, is not confirmed
+    assert "[0]" in run_cli("status", out, check=5).stdout
+    run_cli("submit", "--resume", out, "--no-progress")
+    assert (out / "shard-00000.tar").read_bytes() == good

@@ -1,0 +1,353 @@
+"""Fast checks of the Slurm executors without a cluster: options, rendering, dry-run output checked
+against the options given, MaxArraySize splitting, the shared throttle, array syntax, status parsing,
+and the batch script's signal/requeue logic (run with bash and a stand-in task)."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from helpers import run_cli
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shardprep.errors import ConfigError
+from shardprep.executor.slurm import SlurmExecutor
+from shardprep.executor.slurm_jobs import latest_attempts
+from shardprep.executor.slurm_options import SlurmOptions, parse_slurm_time
+from shardprep.executor.slurm_render import (SBATCH_MARKER, TEMPLATES, plan_arrays, render_tokenize,
+                                             template_text)
+from shardprep.executor.slurm_state import exit_status_from_log
+from shardprep.executor.submitit_executor import SubmititExecutor, extra_as_parameters
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def sbatch_lines(script: str) -> dict[str, list[str]]:
+    """``{"--array": ["0-5%2"], ...}`` from a script's #SBATCH lines (in order, later wins in sbatch)."""
+    out: dict[str, list[str]] = {}
+    for line in script.splitlines():
+        if line.startswith("#SBATCH "):
+            name, _, value = line[len("#SBATCH "):].partition("=")
+            out.setdefault(name, []).append(value)
+    return out
+
+
+def effective(script: str, name: str) -> str | None:
+    values = sbatch_lines(script).get(name)
+    return values[-1] if values else None
+
+
+# --- options -----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text, seconds", [
+    ("30", 1800), ("30:15", 1815), ("02:00:00", 7200), ("1-0", 86400), ("1-02:30", 95400),
+    ("2-00:00:10", 172810), ("UNLIMITED", None), ("infinite", None),
+])
+def test_parse_slurm_time(text, seconds):
+    assert parse_slurm_time(text) == seconds
+
+
+@pytest.mark.parametrize("kwargs, option", [
+    ({"time": "2h"}, "--time"),
+    ({"time": "1:2:3:4"}, "--time"),
+    ({"mem": "lots"}, "--mem"),
+    ({"cpus_per_task": 0}, "--cpus-per-task"),
+    ({"max_parallel": 0}, "--max-parallel"),
+    ({"partition": "cpu queue"}, "--partition"),
+    ({"account": "a;rm -rf"}, "--account"),
+    ({"extra_sbatch": ("--array=0-3",)}, "--sbatch-extra"),
+    ({"extra_sbatch": ("--output=/tmp/x",)}, "--sbatch-extra"),
+    ({"extra_sbatch": ("not an option",)}, "--sbatch-extra"),
+    ({"extra_sbatch": ("=5",)}, "--sbatch-extra"),
+    ({"extra_sbatch": ("array=0-3",)}, "--sbatch-extra"),
+    ({"extra_sbatch": ("--comment=$(id)",)}, "--sbatch-extra"),
+    ({"time": "10", "signal_seconds": 600}, "--signal-seconds"),
+    ({"signal_seconds": 0}, "--signal-seconds"),
+])
+def test_bad_options_name_the_option(kwargs, option):
+    with pytest.raises(ConfigError) as e:
+        SlurmOptions(**kwargs)
+    assert option in str(e.value)
+
+
+def test_extra_lines_are_normalised():
+    o = SlurmOptions(extra_sbatch=("#SBATCH --exclusive", "  --gres=gpu:1 ", "nice=5", "#SBATCH --mail-type END",
+                                   "-w node7"))
+    assert o.extra_sbatch == ("--exclusive", "--gres=gpu:1", "--nice=5", "--mail-type=END", "-w node7")
+    assert extra_as_parameters(o.extra_sbatch[:4]) == {"exclusive": True, "gres": "gpu:1", "nice": "5",
+                                                       "mail-type": "END"}
+
+
+def test_bad_option_on_the_command_line_exits_2_naming_it(tmp_path, sample_tokenizer):
+    (tmp_path / "a.txt").write_text("hello world\n")
+    proc = run_cli("submit", "--executor", "slurm", "--dry-run", "-i", tmp_path / "a.txt", "-o", tmp_path / "o",
+                   "-t", sample_tokenizer, "--mem", "16 G", check=2)
+    assert "--mem" in proc.stderr and "16 G" in proc.stderr
+
+
+# --- array planning ----------------------------------------------------------------------------------
+
+@settings(max_examples=200, deadline=None)
+@given(ids=st.sets(st.integers(0, 5000), max_size=300), max_size=st.integers(1, 1200))
+def test_plan_arrays_covers_every_id_once_within_max_array_size(ids, max_size):
+    chunks = plan_arrays(sorted(ids), max_size)
+    ran = [t for c in chunks for t in c.task_ids]
+    assert sorted(ran) == sorted(ids) and len(ran) == len(set(ran))
+    for c in chunks:
+        assert c.indices and all(0 <= i < max_size for i in c.indices)
+        assert c.indices[0] == 0                      # offset is the chunk's first id
+        assert list(c.indices) == sorted(c.indices)
+    # chunks are in id order and do not interleave
+    assert all(a.task_ids[-1] < b.task_ids[0] for a, b in zip(chunks, chunks[1:]))
+
+
+@given(n=st.integers(1, 5000), max_size=st.integers(1, 1200))
+def test_contiguous_ids_need_ceil_n_over_max_arrays(n, max_size):
+    assert len(plan_arrays(range(n), max_size)) == -(-n // max_size)
+
+
+def test_resume_ids_use_array_syntax():
+    (chunk,) = plan_arrays([3, 7, 8, 9], 1001)
+    assert chunk.offset == 3 and chunk.array_spec() == "0,4-6"
+    (chunk,) = plan_arrays([0, 3, 7, 8, 9], 1001)
+    assert chunk.array_spec(2) == "0,3,7-9%2"
+    # a sparse resume set far beyond MaxArraySize still fits: offsets keep every index small
+    chunks = plan_arrays([5, 2500, 2501], 1001)
+    assert [(c.offset, c.array_spec()) for c in chunks] == [(5, "0"), (2500, "0-1")]
+
+
+# --- rendering -----------------------------------------------------------------------------------------
+
+def test_rendered_script_carries_the_options_and_no_foreign_environment(tmp_path):
+    opts = SlurmOptions(partition="cpu", account="proj1", qos="normal", time="02:00:00", mem="16G",
+                        cpus_per_task=8, constraint="skylake|icelake", max_parallel=64,
+                        extra_sbatch=("--exclusive", "#SBATCH --comment=shardprep"), signal_seconds=300)
+    environ = {"PATH": "/opt/py/bin:/usr/bin", "PYTHONPATH": "/src", "AWS_SECRET_ACCESS_KEY": "s3cr3t",
+               "HF_TOKEN": "hf_abc", "RAYON_NUM_THREADS": "4", "HOME": "/home/u"}
+    (chunk,) = plan_arrays(range(10, 20), 1001)
+    text = render_tokenize(opts, tmp_path, chunk, environ=environ)
+    assert SBATCH_MARKER not in text
+    assert effective(text, "--array") == "0-9%64"
+    assert effective(text, "--output") == f"{tmp_path}/logs/%A_%a.out"
+    for name, value in [("--partition", "cpu"), ("--account", "proj1"), ("--qos", "normal"),
+                        ("--time", "02:00:00"), ("--mem", "16G"), ("--cpus-per-task", "8"),
+                        ("--constraint", "skylake|icelake"), ("--signal", "B:USR1@300"),
+                        ("--export", "NONE"), ("--comment", "shardprep")]:
+        assert effective(text, name) == value, name
+    assert "--exclusive" in sbatch_lines(text) and "--requeue" in sbatch_lines(text)
+    assert "export SHARDPREP_TASK_OFFSET=10" in text and f"export SHARDPREP_OUTPUT={tmp_path}" in text
+    assert "export PYTHONPATH=/src" in text and "export RAYON_NUM_THREADS=4" in text
+    assert "s3cr3t" not in text and "hf_abc" not in text and "/home/u" not in text
+    # every #SBATCH line precedes the first command, or sbatch would ignore it
+    first_command = next(i for i, line in enumerate(text.splitlines()) if line and not line.startswith("#"))
+    assert max(i for i, line in enumerate(text.splitlines()) if line.startswith("#SBATCH")) < first_command
+    script = tmp_path / "t.sbatch"
+    script.write_text(text)
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+
+
+def test_repo_slurm_scripts_are_the_packaged_templates():
+    for name in TEMPLATES:
+        link = REPO / "slurm" / f"{name}.sbatch"
+        assert link.is_symlink() and not os.path.isabs(os.readlink(link))
+        assert link.read_text() == template_text(name)
+        assert subprocess.run(["bash", "-n", str(link)]).returncode == 0
+
+
+def test_max_array_size_splits_and_chains_the_throttle(tmp_path):
+    """10 tasks, MaxArraySize 4, throttle 2: three arrays, each %2, each after the previous (afterany),
+    so at most 2 tasks run at a time overall; one finalize afterok on all three."""
+    ex = SlurmExecutor(SlurmOptions(max_parallel=2))
+    jobs = ex.plan_jobs(tmp_path, list(range(10)), 4, 1)
+    arrays = [j for j in jobs if j.kind == "tokenize"]
+    assert [effective(j.text, "--array") for j in arrays] == ["0-3%2", "0-3%2", "0-1%2"]
+    assert [j.chunk.offset for j in arrays] == [0, 4, 8]
+    assert [j.after for j in arrays] == ["", "afterany", "afterany"]
+    text = "\n".join(ex._dry_run_text(tmp_path, jobs))
+    assert "--dependency=afterany:<job id of array 0>" in text
+    assert "--dependency=afterany:<job id of array 1>" in text
+    assert ("--dependency=afterok:<job id of array 0>:<job id of array 1>:<job id of array 2> "
+            "--kill-on-invalid-dep=yes") in text
+    # without a throttle nothing is chained: the arrays may run side by side
+    free = SlurmExecutor(SlurmOptions()).plan_jobs(tmp_path, list(range(10)), 4, 1)
+    assert [j.after for j in free if j.kind == "tokenize"] == ["", "", ""]
+
+
+def test_dry_run_prints_scripts_matching_the_options_and_submits_nothing(tmp_path, sample_tokenizer):
+    inp = tmp_path / "in"
+    inp.mkdir()
+    for i in range(3):
+        (inp / f"{i}.txt").write_text(f"document {i}\nanother line {i}\n")
+    out = tmp_path / "out"
+    proc = run_cli("submit", "--executor", "slurm", "--dry-run", "-i", inp, "-o", out, "-t", sample_tokenizer,
+                   "--partition", "debug", "--time", "00:20:00", "--mem", "2G", "--cpus-per-task", "3",
+                   "--max-parallel", "2", "--signal-seconds", "90", "--sbatch-extra", "nice=10",
+                   env={"SHARDPREP_TEST_SECRET": "do-not-copy"})
+    scripts = [s for s in re.split(r"^# ---- ", proc.stdout, flags=re.M)[1:]]
+    assert len(scripts) == 2 and scripts[0].startswith("tokenize (tasks 0-2): sbatch --parsable ")
+    tok, fin = scripts
+    assert effective(tok, "--array") == "0-2%2"
+    assert (effective(tok, "--partition"), effective(tok, "--time"), effective(tok, "--mem"),
+            effective(tok, "--cpus-per-task"), effective(tok, "--signal"), effective(tok, "--nice")) == \
+           ("debug", "00:20:00", "2G", "3", "B:USR1@90", "10")
+    assert effective(tok, "--output") == f"{out.resolve()}/logs/%A_%a.out"
+    assert fin.startswith("finalize: sbatch --parsable --dependency=afterok:<job id of array 0> "
+                          "--kill-on-invalid-dep=yes")
+    assert effective(fin, "--partition") == "debug" and effective(fin, "--cpus-per-task") == "1"
+    assert "do-not-copy" not in proc.stdout
+    assert not (out / "slurm").exists() and not (out / "logs").exists()   # nothing submitted or written
+
+
+def test_submitit_dry_run_reports_chunks(tmp_path):
+    ex = SubmititExecutor(SlurmOptions(max_parallel=3, time="1:00:00"))
+    params = ex.parameters(tmp_path)
+    assert params["timeout_min"] == 60 and params["slurm_signal_delay_s"] == 120
+    assert params["slurm_additional_parameters"]["export"] == "NONE"
+
+
+# --- status parsing ------------------------------------------------------------------------------------
+
+def test_exit_status_comes_from_the_last_attempt_in_an_appended_log(tmp_path):
+    log = tmp_path / "12_3.out"
+    log.write_text("shardprep: task 3 = array element 12_3, attempt 1, on n1\n"
+                   "shardprep-task-exit: task=3 status=75\n")
+    assert exit_status_from_log(log) == 75
+    with open(log, "a") as f:
+        f.write("shardprep: task 3 = array element 12_3, attempt 2, on n1\n")
+    assert exit_status_from_log(log) is None          # second attempt still running / killed
+    with open(log, "a") as f:
+        f.write("shardprep-task-exit: task=3 status=3\n")
+    assert exit_status_from_log(log) == 3
+    assert exit_status_from_log(tmp_path / "absent.out") is None
+
+
+def test_latest_attempt_maps_indices_to_tasks():
+    subs = [
+        {"seq": 1, "executor": "slurm", "arrays": [
+            {"job_id": "10", "indices": "0-3", "tasks": "0-3", "log": "logs/{job}_{index}.out"},
+            {"job_id": "11", "indices": "0-1", "tasks": "4-5", "log": "logs/{job}_{index}.out"}]},
+        {"seq": 2, "executor": "slurm", "arrays": [
+            {"job_id": "20", "indices": "0,2", "tasks": "3,5", "log": "logs/{job}_{index}.out"}]},
+    ]
+    att = latest_attempts(subs)
+    assert (att[4].job_id, att[4].index, att[4].log) == ("11", 0, "logs/11_0.out")
+    assert (att[5].job_id, att[5].index, att[5].seq) == ("20", 2, 2)
+    assert (att[3].job_id, att[3].index) == ("20", 0)
+    assert att[0].log == "logs/10_0.out"
+
+
+# --- the batch script's signal handling, run by bash with a stand-in task --------------------------------
+
+FAKE_TASK = r'''
+import signal, sys, time
+from pathlib import Path
+def stop(signum, frame):
+    print("fake task: stopping at a safe point", flush=True)
+    sys.exit(75)
+signal.signal(signal.SIGUSR1, stop)
+Path(sys.argv[1]).write_text("ready")
+time.sleep(30)
+sys.exit(0)
+'''
+
+
+def _script_with_stand_in(tmp_path: Path, task: int, bindir: Path, fake_python: Path) -> Path:
+    """The rendered tokenize script for ``task``, with ``fake_python`` in place of the interpreter."""
+    fake_python.chmod(0o755)
+    (chunk,) = plan_arrays([task], 1001)
+    text = render_tokenize(SlurmOptions(), tmp_path, chunk, environ={"PATH": f"{bindir}:/usr/bin:/bin"})
+    script = tmp_path / "t.sbatch"
+    interpreter = f"export SHARDPREP_PYTHON={sys.executable}"
+    script.write_text(text.replace(interpreter, f"export SHARDPREP_PYTHON={fake_python}"))
+    return script
+
+
+def test_batch_script_forwards_usr1_and_requeues_on_exit_75(tmp_path):
+    """The tokenize script run by bash: USR1 to the script reaches the task, exit 75 -> scontrol requeue."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    ready = tmp_path / "ready"
+    (tmp_path / "task.py").write_text(FAKE_TASK)
+    fake_python = bindir / "fakepy"                     # stands in for `python -m shardprep run-task ...`
+    fake_python.write_text(f"#!/bin/bash\nexec {sys.executable} {tmp_path / 'task.py'} {ready}\n")
+    scontrol = bindir / "scontrol"                      # records the requeue instead of talking to Slurm
+    scontrol.write_text(f"#!/bin/bash\necho \"$@\" > {tmp_path / 'scontrol.args'}\n")
+    scontrol.chmod(0o755)
+    script = _script_with_stand_in(tmp_path, 7, bindir, fake_python)
+    env = {"PATH": "/usr/bin:/bin", "SLURM_ARRAY_TASK_ID": "0", "SLURM_ARRAY_JOB_ID": "55"}
+    proc = subprocess.Popen(["bash", str(script)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    deadline = time.monotonic() + 20
+    while not ready.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, "stand-in task did not start"
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGUSR1)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 75, out
+    assert "USR1 received" in out and "fake task: stopping at a safe point" in out
+    assert "shardprep-task-exit: task=7 status=75" in out
+    assert (tmp_path / "scontrol.args").read_text().split() == ["requeue", "55_0"]
+
+
+def test_batch_script_passes_on_a_failure_without_requeue(tmp_path):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    fake_python = bindir / "fakepy"
+    fake_python.write_text("#!/bin/bash\necho 'error: bad input /data/x.txt line 3' >&2\nexit 3\n")
+    script = _script_with_stand_in(tmp_path, 2, bindir, fake_python)
+    proc = subprocess.run(["bash", str(script)], env={"SLURM_ARRAY_TASK_ID": "0", "SLURM_ARRAY_JOB_ID": "9"},
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 3
+    assert "shardprep-task-exit: task=2 status=3" in proc.stdout and "requeue" not in proc.stdout
+    log = tmp_path / "9_0.out"
+    log.write_text(proc.stdout + proc.stderr)
+    assert exit_status_from_log(log) == 3
+
+
+def test_status_without_slurm_answers_reads_failures_from_the_logs(tmp_path, sample_tokenizer):
+    """Slurm forgot the jobs (or there is no Slurm): status still tells done, failed (with the log tail)
+    and missing tasks from sidecars, jobs.json and the logs."""
+    from shardprep.executor.slurm_jobs import SubmissionRecorder
+
+    inp = tmp_path / "in"
+    inp.mkdir()
+    for i in range(3):
+        (inp / f"{i}.txt").write_text(f"doc {i}\n")
+    out = tmp_path / "out"
+    run_cli("plan", "-i", inp, "-o", out, "-t", sample_tokenizer)
+    run_cli("run-task", out, "--task-id", "0")
+    rec = SubmissionRecorder(out, {"executor": "slurm", "tasks": "0-2", "options": SlurmOptions().to_dict()})
+    rec.add_array({"job_id": "987654321", "offset": 0, "indices": "0-2", "tasks": "0-2",
+                   "log": "logs/{job}_{index}.out"})
+    rec.set_finalize({"job_id": "987654322", "dependency": "afterok:987654321", "log": "logs/finalize-987654322.out"})
+    (out / "logs" / "987654321_1.out").write_text(
+        "shardprep: task 1 = array element 987654321_1, attempt 1, on n1 at 2026-01-01T00:00:00\n"
+        "shardprep run-task: error: /data/1.txt:7: invalid utf8 (--strict)\n"
+        "shardprep-task-exit: task=1 status=3\n")
+    proc = run_cli("status", out, check=5, env={"PATH": os.path.dirname(sys.executable)})  # no Slurm tools
+    assert "failed:        1  [1]" in proc.stdout and "missing:       1  [2]" in proc.stdout
+    assert "task 1 failed (exit 3; element 987654321_1, log logs/987654321_1.out)" in proc.stdout
+    assert "| shardprep run-task: error: /data/1.txt:7: invalid utf8 (--strict)" in proc.stdout
+    assert "finalize job 987654322: did not run" in proc.stdout
+    assert "from sidecars, logs" in proc.stdout
+
+
+def test_resume_keeps_recorded_options_unless_given_again():
+    import argparse
+
+    from shardprep.executor.slurm_options import add_slurm_arguments, slurm_options_from_args
+
+    p = argparse.ArgumentParser()
+    add_slurm_arguments(p)
+    recorded = SlurmOptions(partition="cpu", time="02:00:00", cpus_per_task=8, max_parallel=64).to_dict()
+    opts = slurm_options_from_args(p.parse_args(["--partition", "long"]), recorded=recorded)
+    assert (opts.partition, opts.time, opts.cpus_per_task, opts.max_parallel) == ("long", "02:00:00", 8, 64)
+    fresh = slurm_options_from_args(p.parse_args([]))
+    assert (fresh.cpus_per_task, fresh.signal_seconds, fresh.max_parallel) == (1, 120, None)

@@ -1,0 +1,118 @@
+"""Fast unit and property tests of the rules that split work and write shards."""
+
+from __future__ import annotations
+
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shardprep.config import PlanOptions, TokenizeOptions
+from shardprep.inputs.discover import discover_inputs
+from shardprep.inputs.readers import SkipLog, WorkItem, iter_documents
+from shardprep.jobstate import format_array_ranges, parse_array_ranges
+from shardprep.plan import split_into_tasks
+from shardprep.shard.reader import LocalSource, chunks_of, read_chunk, walk_tar
+from shardprep.shard.writer import ShardWriter
+from shardprep.tokenizer.backend import add_boundary_tokens
+
+line = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"),
+               max_size=40)
+
+
+def _docs(path: Path, item: WorkItem, mode: str) -> list[str]:
+    inp = discover_inputs([str(path)])[0]
+    return list(iter_documents(inp, item, TokenizeOptions(txt_mode=mode), SkipLog()))
+
+
+@settings(max_examples=60, deadline=None)
+@given(lines=st.lists(line, min_size=1, max_size=60), target=st.integers(1, 400),
+       mode=st.sampled_from(["line", "paragraph"]), trailing=st.booleans())
+def test_split_ranges_read_every_document_exactly_once(tmp_path_factory, lines, target, mode, trailing):
+    path = tmp_path_factory.mktemp("split") / "in.txt"
+    path.write_bytes(("\n".join(lines) + ("\n" if trailing else "")).encode("utf-8"))
+    inputs = discover_inputs([str(path)])
+    tasks = split_into_tasks(inputs, PlanOptions(target_task_bytes=target), TokenizeOptions(txt_mode=mode))
+    items = [it for t in tasks for it in t]
+    assert items[0].start == 0 and items[-1].end in (None, inputs[0].size)
+    assert all(a.end == b.start for a, b in zip(items, items[1:]))
+    whole = _docs(path, WorkItem(0), mode)
+    pieces = [d for it in items for d in _docs(path, it, mode)]
+    assert pieces == whole
+
+
+def test_small_files_pack_by_bytes(tmp_path):
+    for i, size in enumerate([10, 10, 10, 50, 5, 5]):
+        (tmp_path / f"{i}.txt").write_text("x" * (size - 1) + "\n")
+    tasks = split_into_tasks(discover_inputs([str(tmp_path)]), PlanOptions(30), TokenizeOptions())
+    assert [[w.input for w in t] for t in tasks] == [[0, 1, 2], [3], [4, 5]]
+    one_each = split_into_tasks(discover_inputs([str(tmp_path)]), PlanOptions(None), TokenizeOptions())
+    assert [[w.input for w in t] for t in one_each] == [[i] for i in range(6)]
+
+
+@given(st.sets(st.integers(0, 300), max_size=40))
+def test_array_ranges_round_trip(ids):
+    text = format_array_ranges(ids)
+    assert parse_array_ranges(text) == sorted(ids)
+    assert len(text) <= len(",".join(map(str, sorted(ids))))
+
+
+@given(st.lists(st.integers(0, 20), max_size=30), st.booleans(), st.booleans())
+def test_boundary_tokens(lengths, bos, eos):
+    lengths = np.array(lengths, dtype=np.int64)
+    flat = np.arange(int(lengths.sum()), dtype=np.uint32) + 10
+    out, new_lens = add_boundary_tokens(flat, lengths, 1 if bos else None, 2 if eos else None)
+    docs = np.split(flat, np.cumsum(lengths)[:-1]) if len(lengths) else []
+    expected = [([1] if bos else []) + d.tolist() + ([2] if eos else []) for d in docs]
+    got = np.split(out, np.cumsum(new_lens)[:-1]) if len(new_lens) else []
+    assert [g.tolist() for g in got] == expected
+
+
+@settings(max_examples=40, deadline=None)
+@given(doc_lengths=st.lists(st.integers(1, 300), min_size=1, max_size=50), chunk=st.integers(1, 500),
+       layout=st.sampled_from(["pack", "doc"]))
+def test_writer_round_trip_and_chunking(tmp_path_factory, doc_lengths, chunk, layout):
+    d = tmp_path_factory.mktemp("w")
+    rng = np.random.default_rng(len(doc_lengths))
+    docs = [rng.integers(0, 70000, n, dtype=np.uint32) for n in doc_lengths]
+    w = ShardWriter(d / "shard-00003.tar", task=3, layout=layout, dtype="uint32", chunk_tokens=chunk)
+    half = len(docs) // 2
+    for part in (docs[:half], docs[half:]):  # two batches: chunks must not depend on batch boundaries
+        if part:
+            w.add(np.concatenate(part), np.array([len(x) for x in part]))
+    res = w.close()
+    sidecar = {"chunks": res.chunks.as_dict(), "dtype": "uint32"}
+    src = LocalSource(res.path)
+    got = []
+    for ch in chunks_of(sidecar):
+        tokens, lens = read_chunk(src, ch, "uint32")
+        got.extend(np.split(tokens, np.cumsum(lens)[:-1]))
+        if layout == "pack":  # a chunk only exceeds the target when it holds a single document
+            assert ch.tokens <= chunk or ch.docs == 1
+    src.close()
+    assert [g.tolist() for g in got] == [x.tolist() for x in docs]
+    assert res.documents == len(docs) and res.tokens == sum(doc_lengths)
+    parsed = list(walk_tar(res.path))
+    assert [p.key for p in parsed] == res.chunks.key and all(k.startswith("00003_") for k in res.chunks.key)
+    with tarfile.open(res.path) as tf:
+        assert all(m.mtime == 0 and m.uid == 0 and m.mode == 0o644 for m in tf.getmembers())
+
+
+def test_writer_refuses_ids_beyond_dtype(tmp_path):
+    w = ShardWriter(tmp_path / "shard-00000.tar", task=0, layout="pack", dtype="uint16", chunk_tokens=10)
+    with pytest.raises(OverflowError, match="does not fit uint16"):
+        with w:
+            w.add(np.array([1, 70000], dtype=np.uint32), np.array([2]))
+    assert not list(tmp_path.iterdir())  # aborted: neither temporary nor final file left
+
+
+def test_pack_overhead_is_small_for_ordinary_documents(tmp_path):
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(80, 400, 5000)
+    w = ShardWriter(tmp_path / "shard-00000.tar", task=0, layout="pack", dtype="uint16", chunk_tokens=1 << 18)
+    w.add(rng.integers(0, 50000, int(lengths.sum()), dtype=np.uint32), lengths)
+    res = w.close()
+    assert res.bytes / (res.tokens * 2) < 1.05
