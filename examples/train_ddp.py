@@ -13,6 +13,7 @@ which tests/test_loader_ddp.py uses to check coverage and bit-identical resume.
 from __future__ import annotations
 
 import argparse
+import gc
 import hashlib
 import json
 import os
@@ -70,6 +71,26 @@ def batch_record(batch: dict, epoch: int, step: int, rank: int) -> dict:
 def main() -> None:
     args = parse_args()
     dist.init_process_group(args.backend)
+    train(args)
+    shutdown()
+
+
+def shutdown() -> None:
+    """Tear the process group down only after everything that used it is gone.
+
+    DDP's reducer and gloo's worker threads hold tensors; if any of them is still alive when the
+    interpreter finalizes, a gloo thread that drops the last reference tries to take the GIL, is
+    killed by the finalizing interpreter, and the rank aborts ("terminate called without an active
+    exception") after a successful run.  ``train`` has returned, so its model, optimizer and batches
+    are unreferenced; collect them while Python is fully alive, wait for every rank, then destroy.
+    """
+    gc.collect()
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def train(args: argparse.Namespace) -> None:
+    """Train for the requested epochs (or steps), checkpoint, and report step counts to rank 0."""
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(1234)
     device = torch.device("cpu")
@@ -142,10 +163,6 @@ def finish(record, rank: int, world: int, steps: dict, loader, args, *, stopped:
         if args.record:
             summary = Path(args.record) / f"summary-{world}-{'stop' if stopped else 'end'}.json"
             summary.write_text(json.dumps({"world": world, "ranks": gathered}))
-    # Tear down together: a rank that destroys its gloo group while a peer is still writing its results
-    # can see the connection close under a background thread and abort at exit.
-    dist.barrier()
-    dist.destroy_process_group()
 
 
 if __name__ == "__main__":
