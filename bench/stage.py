@@ -8,8 +8,11 @@ small objects and not slower on large ones.
 
     python bench/stage.py --quick          # 100 small + 2 x 16 MiB, one repetition (about a minute)
     python bench/stage.py                  # 1,000 small + 3 x 128 MiB, median of 3
+    python bench/stage.py --baseline DIR   # ... and shardprep from an older checkout, interleaved
 
-The local server is the limit for both tools (it is Python); real S3 scales further with concurrency.
+The table also gives the server's CPU time during each run (read from /proc): moto is one Python process
+on the same 2 cores, and once a client needs less CPU per object than moto spends per GET, moto is the limit
+and wall time stops showing what the client saves; real S3 scales further with concurrency.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -74,21 +78,90 @@ def populate(endpoint: str, bucket: str, small: int, small_bytes: int, large: in
         path.unlink()
 
 
-def timed(cmd: list[str], dest: Path) -> tuple[float, float]:
-    """(wall seconds, client CPU seconds) of one run.
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds used so far by a running process (Linux ``/proc/PID/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
-    The CPU time is the client's own (user + system of the finished child; the moto server is a
-    different, still running child and is not counted).  Against this local server both tools wait on
-    the server, so wall time cannot show client efficiency; on real S3, which scales out, the client's
-    CPU per object is what limits a staging node.
+
+def timed(cmd: list[str], dest: Path, server_pid: int, *, cwd: Path = REPO,
+          env: dict[str, str] = ENV) -> tuple[float, float, float]:
+    """(wall seconds, client CPU seconds, server CPU seconds) of one run.
+
+    The client CPU time is the client's own (user + system of the finished child).  The server's is read
+    from /proc before and after, because the moto server is one Python process sharing the 2 cores with
+    the client: once a client needs less CPU per object than the server spends per GET, the server is
+    the bottleneck and wall time stops showing client efficiency (on real S3, which scales out, the
+    client's CPU per object is what limits a staging node).
     """
     import resource
 
     shutil.rmtree(dest, ignore_errors=True)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    wall = run_child(cmd, env=ENV, cwd=REPO, timeout=1800).wall_s
+    server_before = process_cpu_s(server_pid)
+    wall = run_child(cmd, env=env, cwd=cwd, timeout=1800).wall_s
+    server = process_cpu_s(server_pid) - server_before
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), server
+
+
+def medians(runs: list[tuple[float, ...]]) -> tuple[float, ...]:
+    """Per-column median of (wall, client CPU, server CPU) tuples."""
+    return tuple(statistics.median(column) for column in zip(*runs))
+
+
+@dataclass(frozen=True)
+class Client:
+    """One command line under test: the aws cli, shardprep from this tree, or shardprep from a baseline."""
+
+    label: str
+    argv: list[str]
+    dest: Path               # emptied before each run
+    cwd: Path = REPO
+    env: dict[str, str] = field(default_factory=lambda: ENV)
+
+    def run(self, server_pid: int) -> tuple[float, float, float]:
+        return timed(self.argv, self.dest, server_pid, cwd=self.cwd, env=self.env)
+
+
+def clients(src: str, endpoint: str, work: Path, args: argparse.Namespace) -> list[Client]:
+    """aws, shardprep (this tree) and, with ``--baseline DIR``, shardprep from that checkout."""
+    def shardprep(dest: Path) -> list[str]:
+        return [sys.executable, "-m", "shardprep", "stage", src, str(dest), "--endpoint-url", endpoint, "--json",
+                "--no-progress", "--concurrency", str(args.concurrency)]
+
+    aws = ["aws", "s3", "cp", "--recursive", "--quiet", "--endpoint-url", endpoint, src, str(work / "aws")]
+    found = [Client("aws", aws, work / "aws"), Client("shardprep", shardprep(work / "ours"), work / "ours")]
+    if args.baseline:
+        base = args.baseline.resolve()
+        found.append(Client("baseline", shardprep(work / "base"), work / "base", cwd=base,
+                            env={**ENV, "PYTHONPATH": str(base)}))
+    return found
+
+
+def measure(tools: list[Client], repeat: int, server_pid: int) -> dict[str, tuple[float, ...]]:
+    """Median (wall, client CPU, server CPU) per client; runs interleaved so drifting load hits all alike."""
+    runs: dict[str, list[tuple[float, float, float]]] = {t.label: [] for t in tools}
+    for _ in range(repeat):
+        for tool in tools:
+            runs[tool.label].append(tool.run(server_pid))
+    return {label: medians(r) for label, r in runs.items()}
+
+
+def rows_for(name: str, count: int, nbytes: int, m: dict[str, tuple[float, ...]]) -> tuple[list, list, str]:
+    """(main table row, baseline table row or [], per-object line) for one case."""
+    (a, ac, asrv), (o, oc, osrv) = m["aws"], m["shardprep"]
+    label = f"{name}: {count} x {nbytes // count // 1024:,} KiB"
+    row = [label, f"{nbytes / MIB:,.1f}", a, nbytes / 1e6 / a, o, nbytes / 1e6 / o, f"{a / o:.2f}x", ac, oc,
+           f"{ac / oc:.2f}x", asrv, osrv]
+    base_row = []
+    if "baseline" in m:
+        b, bc, bsrv = m["baseline"]
+        base_row = [label, a, b, o, f"{a / b:.2f}x", f"{a / o:.2f}x", bc, oc, bsrv, osrv]
+    line = (f"{name}: per object, client CPU aws {1e3 * ac / count:.2f} ms, shardprep {1e3 * oc / count:.2f} ms; "
+            f"server CPU {1e3 * asrv / count:.2f} ms (aws run), {1e3 * osrv / count:.2f} ms (shardprep run); "
+            "CLI start-up and listing included")
+    return row, base_row, line
 
 
 def main() -> None:
@@ -100,6 +173,8 @@ def main() -> None:
     ap.add_argument("--large-mib", type=int, default=None, help="size of each large object")
     ap.add_argument("--repeat", type=int, default=None, help="repetitions per measurement (median reported)")
     ap.add_argument("--concurrency", type=int, default=32, help="shardprep --concurrency")
+    ap.add_argument("--baseline", type=Path, default=None, metavar="DIR",
+                    help="also time shardprep from this checkout (e.g. `git worktree add DIR HEAD~1`), interleaved")
     ap.add_argument("--workdir", type=Path, default=None, help="where destinations go (default: a temp dir)")
     args = ap.parse_args()
     small = args.small or (100 if args.quick else 1000)
@@ -116,31 +191,37 @@ def main() -> None:
     try:
         populate(endpoint, "bench", small, args.small_kib << 10, large, large_mib * MIB)
         cases = [("small", small, small * (args.small_kib << 10)), ("large", large, large * large_mib * MIB)]
-        rows = []
+        rows, base_rows, per_object = [], [], []
         for name, count, nbytes in cases:
-            src = f"s3://bench/{name}/"
-            aws = ["aws", "s3", "cp", "--recursive", "--quiet", "--endpoint-url", endpoint, src]
-            ours = [sys.executable, "-m", "shardprep", "stage", src, str(work / "ours"), "--endpoint-url", endpoint,
-                    "--json", "--no-progress", "--concurrency", str(args.concurrency)]
-            aws_s, ours_s = [], []
-            for _ in range(repeat):  # interleaved so drifting machine load hits both alike
-                aws_s.append(timed(aws + [str(work / "aws")], work / "aws"))
-                ours_s.append(timed(ours, work / "ours"))
-            a, o = (statistics.median(w for w, _ in aws_s), statistics.median(w for w, _ in ours_s))
-            ac, oc = (statistics.median(c for _, c in aws_s), statistics.median(c for _, c in ours_s))
-            rows.append([f"{name}: {count} x {nbytes // count // 1024:,} KiB", f"{nbytes / MIB:,.1f}",
-                         a, nbytes / 1e6 / a, o, nbytes / 1e6 / o, f"{a / o:.2f}x", ac, oc, f"{ac / oc:.2f}x"])
-        info = machine_info()
-        print(f"machine: {info['usable_cpus']} CPUs ({info['cpu_model']}), load at start "
-              f"{info['load_avg_at_start']}; repetitions: {repeat} (median); shardprep --concurrency "
-              f"{args.concurrency}, aws cli defaults (10 concurrent requests, 8 MB parts)\n")
-        print(markdown_table(["case", "MiB", "aws s3 cp s", "aws MB/s", "shardprep s", "shardprep MB/s",
-                              "speed ratio", "aws client CPU s", "shardprep client CPU s", "CPU ratio"], rows))
+            m = measure(clients(f"s3://bench/{name}/", endpoint, work, args), repeat, server.pid)
+            row, base_row, line = rows_for(name, count, nbytes, m)
+            rows.append(row)
+            base_rows += [base_row] if base_row else []
+            per_object.append(line)
+        print_report(args, repeat, rows, base_rows, per_object)
     finally:
         server.terminate()
         server.wait(timeout=10)
         if args.workdir is None:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def print_report(args: argparse.Namespace, repeat: int, rows: list, base_rows: list, per_object: list[str]) -> None:
+    """The markdown report: machine line, the aws comparison, per-object CPU, the baseline comparison."""
+    info = machine_info()
+    print(f"machine: {info['usable_cpus']} CPUs ({info['cpu_model']}), load at start "
+          f"{info['load_avg_at_start']}; repetitions: {repeat} (median); shardprep --concurrency "
+          f"{args.concurrency}, aws cli defaults (10 concurrent requests, 8 MB parts)\n")
+    print(markdown_table(["case", "MiB", "aws s3 cp s", "aws MB/s", "shardprep s", "shardprep MB/s",
+                          "speed ratio", "aws client CPU s", "shardprep client CPU s", "CPU ratio",
+                          "server CPU s (aws run)", "server CPU s (shardprep run)"], rows))
+    print()
+    print("\n".join(f"- {line}" for line in per_object))
+    if base_rows:
+        print(f"\nbaseline: shardprep from {args.baseline}, interleaved with the runs above\n")
+        print(markdown_table(["case", "aws s", "baseline s", "shardprep s", "baseline speed ratio",
+                              "shardprep speed ratio", "baseline client CPU s", "shardprep client CPU s",
+                              "server CPU s (baseline run)", "server CPU s (shardprep run)"], base_rows))
 
 
 if __name__ == "__main__":

@@ -7,8 +7,10 @@ so an interrupted stage leaves no partial file under a final name; the next run 
 temporaries and fetches only objects without a still-valid verified record.
 
 Concurrency: a pool of ``concurrency`` workers handles objects; objects below ``multipart_threshold``
-are fetched with one GET each and hashed while they stream (no re-read), larger ones go through one shared
-s3transfer ``TransferManager`` that splits them into concurrent ranged GETs of ``multipart_chunksize``.
+are fetched with one GET each (``fastget.DirectGetter``: the client's signer, HTTP session and retry rules
+without ``get_object``'s per-call overhead) and hashed while they stream (no re-read), larger ones go
+through one shared s3transfer ``TransferManager`` that splits them into concurrent ranged GETs of
+``multipart_chunksize``.
 Every GET carries ``If-Match: <listed ETag>`` (s3transfer adds it to ranged GETs once given the ETag), so
 an object replaced mid-stage fails cleanly (HTTP 412) instead of mixing two versions; the next run re-lists
 and fetches the new one.
@@ -25,7 +27,7 @@ import os
 import shlex
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +36,7 @@ from shardprep.errors import InputDataError
 from shardprep.fsutil import fsync_dir, is_temp_name, temp_name_for
 from shardprep.lustre import STAGED_INPUT_LAYOUT, StripeLayout, prepare_output_dir
 from shardprep.staging import keys as keymod
+from shardprep.staging.fastget import DirectGetter, SigningCapture, direct_getter
 from shardprep.staging.manifest import (RemoteObject, VerifiedCopy, VerifiedJournal, list_prefix,
                                         matches_filters, write_manifest)
 from shardprep.staging.s3client import (DEFAULT_PART_SIZE, ClientOptions, check_transfer_settings,
@@ -167,6 +170,7 @@ class _Stager:
         self._dirs: set[Path] = set()
         self._dirs_lock = threading.Lock()
         self._tm = None
+        self._direct: DirectGetter | None = None
 
     def transfer_manager(self) -> Any:
         from boto3.s3.transfer import TransferConfig, create_transfer_manager
@@ -214,7 +218,7 @@ class _Stager:
         pool = ThreadPoolExecutor(self.options.concurrency, thread_name_prefix="stage")
         interrupted = True
         try:
-            futures = {pool.submit(self.fetch, item): item for item in self.plan.todo}
+            futures = self._submit_all(pool)
             for fut in as_completed(futures):
                 item = futures[fut]
                 try:
@@ -235,6 +239,30 @@ class _Stager:
                     fsync_dir(d)
             self.journal.compact()
         return self.summary.finish()
+
+    def _submit_all(self, pool: ThreadPoolExecutor) -> dict[Future, StageItem]:
+        """Submit every object, the smallest one below the multipart threshold first and alone.
+
+        That one goes through ``get_object`` and its request shows the direct GET (``fastget``) how to
+        address and sign this bucket; waiting for it costs one round trip, the others then start at once.
+        """
+        small = [i for i in self.plan.todo if i.obj.size < self.options.multipart_threshold]
+        first = min(small, key=lambda i: i.obj.size, default=None)
+        futures: dict[Future, StageItem] = {}
+        if first is not None:
+            futures[pool.submit(self.fetch_first_small, first)] = first
+            wait(futures)
+        futures.update({pool.submit(self.fetch, item): item for item in self.plan.todo if item is not first})
+        return futures
+
+    def fetch_first_small(self, item: StageItem) -> None:
+        """:meth:`fetch` through ``get_object``, watching its request to set up the direct GET for the rest."""
+        with SigningCapture(self.client) as capture:
+            try:
+                self.fetch(item)
+            finally:
+                self._direct = direct_getter(self.client, capture, item.obj.key,
+                                             max_attempts=self.options.client.max_attempts)
 
     def fetch(self, item: StageItem) -> None:
         """Download, verify, fsync, rename one object; record it in the journal."""
@@ -274,10 +302,10 @@ class _Stager:
         for attempt in range(1, self.options.download_attempts + 1):
             written = 0
             try:
-                resp = self.client.get_object(Bucket=self.plan.bucket, Key=obj.key, **_if_match(obj))
+                body = self._open_body(obj)
                 md5 = hashlib.md5(usedforsecurity=False)
                 with open(tmp, "wb") as f:
-                    for chunk in resp["Body"].iter_chunks(_STREAM_CHUNK):
+                    for chunk in body.iter_chunks(_STREAM_CHUNK):
                         f.write(chunk)
                         md5.update(chunk)
                         written += len(chunk)
@@ -291,6 +319,13 @@ class _Stager:
                 log.debug("%s: stream interrupted (attempt %d): %s", obj.key, attempt, e)
         assert last is not None
         raise last
+
+    def _open_body(self, obj: RemoteObject) -> Any:
+        """The object's streaming body, from the direct GET when possible, else from ``get_object``."""
+        body = self._direct.get(obj.key, obj.etag) if self._direct is not None else None
+        if body is None:
+            body = self.client.get_object(Bucket=self.plan.bucket, Key=obj.key, **_if_match(obj))["Body"]
+        return body
 
     def _get_in_parts(self, obj: RemoteObject, tmp: Path) -> None:
         """Concurrent ranged GETs through s3transfer into the (seekable) temporary file."""
