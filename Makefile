@@ -16,3 +16,4 @@ bench: install
 
 bench-setup:
 	bash bench/setup_datatrove.sh
+	bash bench/setup_s3rver.sh

@@ -4,21 +4,26 @@
 #
 # Usage: bench/run_all.sh [--quick]        extra arguments go to every script
 #        PYTHON=/path/to/python bench/run_all.sh
-# The datatrove comparison in bench/tokenize.py needs bench/setup_datatrove.sh to have run once.
+# The datatrove comparison in bench/tokenize.py needs bench/setup_datatrove.sh to have run once, the
+# staging comparison against s3rver (bench/results/stage-s3rver.md) bench/setup_s3rver.sh (make bench-setup).
 # Benchmarks load every core: run them on an otherwise idle machine.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python}"
 mkdir -p bench/results
 status=0
-for name in tokenize loader stage; do
-    script="bench/$name.py"
+runs=(tokenize loader stage)
+[ -x /tmp/s3rver/node_modules/.bin/s3rver ] && runs+=(stage-s3rver)
+for name in "${runs[@]}"; do
+    script="bench/${name%%-*}.py"
+    extra=()
+    [ "$name" = stage-s3rver ] && extra=(--server s3rver)
     if [ ! -f "$script" ]; then
         echo "run_all: $script not present, skipped" >&2
         continue
     fi
-    echo "run_all: $PY $script $*" >&2
-    if "$PY" "$script" "$@" > "bench/results/.$name.md.tmp"; then
+    echo "run_all: $PY $script ${extra[*]} $*" >&2
+    if "$PY" "$script" "${extra[@]}" "$@" > "bench/results/.$name.md.tmp"; then
         mv "bench/results/.$name.md.tmp" "bench/results/$name.md"
         echo "run_all: wrote bench/results/$name.md" >&2
     else

@@ -34,7 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import REPO, machine_info, markdown_table, run_child  # noqa: E402
 
 MIB = 1 << 20
-ENV = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1",
+# s3rver checks signatures against its default key pair; moto accepts any, so both use this one.
+ENV = {"AWS_ACCESS_KEY_ID": "S3RVER", "AWS_SECRET_ACCESS_KEY": "S3RVER", "AWS_DEFAULT_REGION": "us-east-1",
        "AWS_CONFIG_FILE": os.devnull, "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
        "AWS_EC2_METADATA_DISABLED": "true", "NO_PROXY": "127.0.0.1"}
 
@@ -45,9 +46,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_moto(port: int) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **ENV})
+S3RVER_DEFAULT = Path("/tmp/s3rver/node_modules/.bin/s3rver")  # where `make bench-setup` installs it
+
+
+def server_command(kind: str, port: int, data_dir: Path, s3rver: Path) -> list[str]:
+    """moto (Python, what the tests use) or s3rver (Node.js, files on disk: a cheaper server per request)."""
+    if kind == "moto":
+        return [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+    if not s3rver.exists():
+        sys.exit(f"s3rver not found at {s3rver} (make bench-setup, or --s3rver PATH)")
+    return [str(s3rver), "-d", str(data_dir), "-a", "127.0.0.1", "-p", str(port), "--silent"]
+
+
+def start_server(cmd: list[str], port: int) -> subprocess.Popen:
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **ENV})
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
@@ -56,7 +68,7 @@ def start_moto(port: int) -> subprocess.Popen:
         except OSError:
             time.sleep(0.1)
     proc.kill()
-    raise RuntimeError("moto server did not start")
+    raise RuntimeError(f"S3 server did not start: {' '.join(cmd)}")
 
 
 def populate(endpoint: str, bucket: str, small: int, small_bytes: int, large: int, large_bytes: int) -> None:
@@ -64,7 +76,8 @@ def populate(endpoint: str, bucket: str, small: int, small_bytes: int, large: in
     from boto3.s3.transfer import TransferConfig
 
     client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
-                          aws_access_key_id="bench", aws_secret_access_key="bench")
+                          aws_access_key_id=ENV["AWS_ACCESS_KEY_ID"],
+                          aws_secret_access_key=ENV["AWS_SECRET_ACCESS_KEY"])
     client.create_bucket(Bucket=bucket)
     rnd = os.urandom(small_bytes)
     with ThreadPoolExecutor(16) as pool:
@@ -176,6 +189,9 @@ def main() -> None:
     ap.add_argument("--baseline", type=Path, default=None, metavar="DIR",
                     help="also time shardprep from this checkout (e.g. `git worktree add DIR HEAD~1`), interleaved")
     ap.add_argument("--workdir", type=Path, default=None, help="where destinations go (default: a temp dir)")
+    ap.add_argument("--server", choices=["moto", "s3rver"], default="moto",
+                    help="the local S3 server both clients read from (s3rver: npm, installed by make bench-setup)")
+    ap.add_argument("--s3rver", type=Path, default=S3RVER_DEFAULT, help="path of the s3rver executable")
     args = ap.parse_args()
     small = args.small or (100 if args.quick else 1000)
     large = args.large or (2 if args.quick else 3)
@@ -186,8 +202,8 @@ def main() -> None:
 
     port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
-    server = start_moto(port)
     work = Path(args.workdir or tempfile.mkdtemp(prefix="bench-stage-"))
+    server = start_server(server_command(args.server, port, work / "s3rver-data", args.s3rver), port)
     try:
         populate(endpoint, "bench", small, args.small_kib << 10, large, large_mib * MIB)
         cases = [("small", small, small * (args.small_kib << 10)), ("large", large, large * large_mib * MIB)]
@@ -210,7 +226,8 @@ def print_report(args: argparse.Namespace, repeat: int, rows: list, base_rows: l
     """The markdown report: machine line, the aws comparison, per-object CPU, the baseline comparison."""
     info = machine_info()
     print(f"machine: {info['usable_cpus']} CPUs ({info['cpu_model']}), load at start "
-          f"{info['load_avg_at_start']}; repetitions: {repeat} (median); shardprep --concurrency "
+          f"{info['load_avg_at_start']}; S3 server: {args.server}; repetitions: {repeat} (median); "
+          f"shardprep --concurrency "
           f"{args.concurrency}, aws cli defaults (10 concurrent requests, 8 MB parts)\n")
     print(markdown_table(["case", "MiB", "aws s3 cp s", "aws MB/s", "shardprep s", "shardprep MB/s",
                           "speed ratio", "aws client CPU s", "shardprep client CPU s", "CPU ratio",
