@@ -39,6 +39,41 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+_SYNC_FILE_RANGE_WRITE = 2     # <linux/fs.h>: start write-out of dirty pages in the range, do not wait
+_sync_file_range: Any = None
+
+
+def start_writeback(fd: int, offset: int, length: int) -> None:
+    """Start writing ``length`` bytes at ``offset`` of ``fd`` to storage now, without waiting (best effort).
+
+    Why: a file written over seconds and fsynced at the end otherwise waits for all its dirty pages at
+    once (~0.4 s per 384 MiB on these disks); started range by range while the rest still downloads, the
+    final fsync finds little left.  Linux ``sync_file_range(SYNC_FILE_RANGE_WRITE)``; elsewhere a no-op.
+    Durability still comes from the fsync: this only moves the waiting earlier.
+    """
+    global _sync_file_range
+    if _sync_file_range is None:
+        _sync_file_range = _load_sync_file_range()
+    if _sync_file_range:
+        _sync_file_range(fd, offset, length, _SYNC_FILE_RANGE_WRITE)
+
+
+def _load_sync_file_range() -> Any:
+    """libc's ``sync_file_range``, or False where there is none (not Linux, no glibc symbol)."""
+    import ctypes
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (OSError, AttributeError):
+        return False
+    fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    return fn
+
+
 class HashingWriter:
     """A write-only file wrapper that hashes and counts every byte it writes (one pass, no re-read)."""
 

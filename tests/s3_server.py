@@ -96,6 +96,7 @@ class RequestRecord:
     status: int
     started: float
     ended: float
+    range: str | None = None   # the request's Range header
 
 
 @dataclass
@@ -146,7 +147,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _record(self, path: str, query: str, status: int, started: float) -> None:
         with self.state.lock:
-            self.state.log.append(RequestRecord(self.command, path, query, status, started, time.monotonic()))
+            self.state.log.append(RequestRecord(self.command, path, query, status, started, time.monotonic(),
+                                                self.headers.get("Range")))
 
     def _proxy(self) -> None:
         started = time.monotonic()

@@ -235,6 +235,39 @@ def test_stage_many_small_multipart_and_unicode_objects(s3_endpoint, bucket, tmp
 
 
 @pytest.mark.s3
+def test_large_objects_are_fetched_in_their_upload_parts(s3_endpoint, bucket, tmp_path):
+    """Ranges follow the upload's parts (so the multipart ETag is hashed while streaming, no HEAD, no re-read);
+    an ambiguous part size costs one HEAD ?partNumber=1; a single-part ETag uses --part-size ranges."""
+    c = s3_client(s3_endpoint)
+    inferred = os.urandom(11 * MIB + 5)             # 3 parts of 5 MiB: only 5 MiB fits
+    ambiguous = os.urandom(20 * MIB + 1)            # 2 parts of 16 MiB: 15 MiB would fit as well
+    single = os.urandom(6 * MIB)                    # one PUT: ETag = MD5
+    put_multipart(c, bucket, "raw/inferred.bin", inferred)
+    put_multipart(c, bucket, "raw/ambiguous.bin", ambiguous, part=16 * MIB)
+    c.put_object(Bucket=bucket, Key="raw/single.bin", Body=single)
+    dest = tmp_path / "dest"
+    with FaultProxy(s3_endpoint) as proxy:
+        proxy.fail("/raw/inferred.bin", times=1)     # one range answered 500: botocore retries it
+        r = run_cli("stage", f"s3://{bucket}/raw/", str(dest), "--endpoint-url", proxy.url, "--part-size", "5M")
+        assert r.returncode == 0, r.stderr
+
+        def ranges(key):
+            return sorted(x.range for x in proxy.requests_for(key, "GET") if x.status == 206)
+        assert ranges("/raw/inferred.bin") == ["bytes=0-5242879", "bytes=10485760-11534340",
+                                               "bytes=5242880-10485759"]
+        assert ranges("/raw/ambiguous.bin") == ["bytes=0-16777215", "bytes=16777216-20971520"]
+        assert ranges("/raw/single.bin") == ["bytes=0-5242879", "bytes=5242880-6291455"]
+        assert proxy.requests_for("/raw/inferred.bin", "HEAD") == []
+        assert [x.query for x in proxy.requests_for("/raw/ambiguous.bin", "HEAD")] == ["partNumber=1"]
+        assert proxy.requests_for("/raw/single.bin", "HEAD") == []
+    for name, body in (("inferred.bin", inferred), ("ambiguous.bin", ambiguous), ("single.bin", single)):
+        assert (dest / name).read_bytes() == body, name
+    records = [json.loads(line) for line in (dest / ".shardprep-stage" / "verified.jsonl").read_text().splitlines()]
+    assert {r["path"]: r["method"] for r in records} == {"inferred.bin": "multipart-etag",
+                                                         "ambiguous.bin": "multipart-etag", "single.bin": "md5"}
+
+
+@pytest.mark.s3
 def test_include_exclude_and_dry_run_write_nothing(s3_endpoint, bucket, tmp_path):
     c = s3_client(s3_endpoint)
     for rel in ("a/1.jsonl.zst", "a/2.jsonl.zst", "a/skip.txt", "tmp/3.jsonl.zst"):
@@ -376,6 +409,31 @@ def test_killed_stage_leaves_no_partial_file_and_resumes(s3_endpoint, bucket, tm
     assert (dest / "zz-big.bin").read_bytes() == big
     assert all((dest / rel).read_bytes() == body for rel, body in small.items())
     assert temp_files(dest) == []                        # the dead run's temporary is gone
+
+
+@pytest.mark.s3
+@pytest.mark.slow
+def test_ctrl_c_stops_a_large_download_promptly_and_leaves_nothing_behind(s3_endpoint, bucket, tmp_path):
+    c = s3_client(s3_endpoint)
+    put_multipart(c, bucket, "raw/big.bin", os.urandom(40 * MIB))      # 8 ranges of 5 MiB
+    dest = tmp_path / "dest"
+    with FaultProxy(s3_endpoint, throttle_bytes_per_s=4 * MIB) as proxy:  # per request: ~1.3 s per range
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "shardprep", "stage", f"s3://{bucket}/raw/", str(dest), "--endpoint-url",
+             proxy.url, "--part-size", "5M", "--concurrency", "2"],
+            cwd=REPO, env=aws_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (dest.exists() and list(dest.glob(".big.bin.*.tmp"))):
+            time.sleep(0.05)
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        t0 = time.monotonic()
+        _, err = proc.communicate(timeout=60)
+        stopped_after = time.monotonic() - t0
+    assert proc.returncode == 130, err.decode()[-2000:]
+    assert stopped_after < 4, stopped_after      # the ranges in flight finish, the queued 6 never start
+    assert len([r for r in proxy.requests_for("/raw/big.bin", "GET") if r.range]) <= 4
+    assert not (dest / "big.bin").exists() and temp_files(dest) == []
 
 
 @pytest.mark.s3

@@ -8,12 +8,12 @@ temporaries and fetches only objects without a still-valid verified record.
 
 Concurrency: a pool of ``concurrency`` workers handles objects; objects below ``multipart_threshold``
 are fetched with one GET each (``fastget.DirectGetter``: the client's signer, HTTP session and retry rules
-without ``get_object``'s per-call overhead) and hashed while they stream (no re-read), larger ones go
-through one shared s3transfer ``TransferManager`` that splits them into concurrent ranged GETs of
-``multipart_chunksize``.
-Every GET carries ``If-Match: <listed ETag>`` (s3transfer adds it to ranged GETs once given the ETag), so
-an object replaced mid-stage fails cleanly (HTTP 412) instead of mixing two versions; the next run re-lists
-and fetches the new one.
+without ``get_object``'s per-call overhead), larger ones in concurrent ranged GETs on a second pool of as
+many workers (``ranged.py``: the ranges are the upload's own parts when the ETag reveals them, else
+``multipart_chunksize``).  Either way the bytes are hashed while they stream, so verification needs no
+second read of the file.
+Every GET carries ``If-Match: <listed ETag>``, so an object replaced mid-stage fails cleanly (HTTP 412)
+instead of mixing two versions; the next run re-lists and fetches the new one.
 
 :func:`stage_prefix` is a plain function so a Slurm job (``stage --submit``) can run the same code.
 """
@@ -21,7 +21,6 @@ and fetches the new one.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import os
 import shlex
@@ -29,8 +28,9 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed, wait
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from shardprep.errors import InputDataError
 from shardprep.fsutil import fsync_dir, is_temp_name, temp_name_for
@@ -39,15 +39,15 @@ from shardprep.staging import keys as keymod
 from shardprep.staging.fastget import DirectGetter, SigningCapture, direct_getter
 from shardprep.staging.manifest import (RemoteObject, VerifiedCopy, VerifiedJournal, list_prefix,
                                         matches_filters, write_manifest)
+from shardprep.staging.ranged import fetch_ranges, range_size_for_parts, stream_into, upload_part_size
 from shardprep.staging.s3client import (DEFAULT_PART_SIZE, ClientOptions, check_transfer_settings,
                                         describe_client_error, make_client, parse_s3_url, transfer_error)
 from shardprep.staging.summary import TransferSummary, progress_bar
-from shardprep.staging.verify import VerificationFailed, verify_download
+from shardprep.staging.verify import VerificationFailed, combine_part_md5s, is_single_part_etag, verify_download
 
 log = logging.getLogger(__name__)
 
 DEFAULT_CONCURRENCY = 32
-_STREAM_CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -169,20 +169,10 @@ class _Stager:
         self.bar = progress_bar(plan.todo_bytes, desc="stage", enabled=options.progress)
         self._dirs: set[Path] = set()
         self._dirs_lock = threading.Lock()
-        self._tm = None
+        # Ranges of large objects run on their own workers: the object workers wait on them.
+        self._parts = ThreadPoolExecutor(options.concurrency, thread_name_prefix="stage-part")
+        self._stop = threading.Event()
         self._direct: DirectGetter | None = None
-
-    def transfer_manager(self) -> Any:
-        from boto3.s3.transfer import TransferConfig, create_transfer_manager
-
-        if self._tm is None:
-            config = TransferConfig(multipart_threshold=self.options.multipart_threshold,
-                                    multipart_chunksize=self.options.multipart_chunksize,
-                                    max_concurrency=self.options.concurrency,
-                                    num_download_attempts=self.options.download_attempts,
-                                    preferred_transfer_client="classic")
-            self._tm = create_transfer_manager(self.client, config)
-        return self._tm
 
     def remove_dead_temporaries(self) -> int:
         """Delete temporaries a killed run left for the objects about to be fetched.
@@ -216,7 +206,6 @@ class _Stager:
             self.summary.add_skipped(item.obj.size)
         self.remove_dead_temporaries()
         pool = ThreadPoolExecutor(self.options.concurrency, thread_name_prefix="stage")
-        interrupted = True
         try:
             futures = self._submit_all(pool)
             for fut in as_completed(futures):
@@ -227,12 +216,12 @@ class _Stager:
                     reason = _reason(e)
                     log.warning("failed %s: %s", item.obj.key, reason)
                     self.summary.add_failed(item.obj.key, reason)
-            interrupted = False
         finally:
-            # On Ctrl-C: drop queued objects instead of finishing the whole stage first.
+            # On Ctrl-C: drop queued objects and ranges instead of finishing the whole stage first (an
+            # object whose ranges are stopped fails and its temporary file is removed).
+            self._stop.set()
             pool.shutdown(wait=True, cancel_futures=True)
-            if self._tm is not None:
-                self._tm.shutdown(cancel=interrupted)
+            self._parts.shutdown(wait=True)
             self.bar.close()
             for d in sorted(self._dirs):
                 with contextlib.suppress(FileNotFoundError):
@@ -270,17 +259,24 @@ class _Stager:
         target = self.options.dest / item.relative
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = temp_name_for(target)
+
+        def head(**extra: Any) -> dict[str, Any]:
+            return self.client.head_object(Bucket=self.plan.bucket, Key=obj.key, **extra)
+
         try:
-            if obj.size < self.options.multipart_threshold:
-                stream_md5 = self._get_whole(obj, tmp)
-            else:
-                stream_md5 = None
-                self._get_in_parts(obj, tmp)
-
-            def head(**extra: Any) -> dict[str, Any]:
-                return self.client.head_object(Bucket=self.plan.bucket, Key=obj.key, **extra)
-
-            result = verify_download(tmp, size=obj.size, etag=obj.etag, head=head, md5_of_stream=stream_md5)
+            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o666)   # RDWR: the whole-MD5 reads back
+            try:
+                if obj.size < self.options.multipart_threshold:
+                    md5, etag = stream_into(fd, 0, obj.size, self._open_body(obj), None,
+                                            attempts=self.options.download_attempts, progress=self.bar.update,
+                                            md5_every=max(obj.size, 1))[0].hex(), None
+                else:
+                    md5, etag = self._get_in_ranges(obj, fd, head)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            result = verify_download(tmp, size=obj.size, etag=obj.etag, head=head, md5_of_stream=md5,
+                                     multipart_etag_of_stream=etag)
             os.replace(tmp, target)
         except BaseException:
             with contextlib.suppress(FileNotFoundError):
@@ -294,59 +290,40 @@ class _Stager:
                                          verified_at=round(time.time(), 3)))
         self.summary.add_done(obj.size)
 
-    def _get_whole(self, obj: RemoteObject, tmp: Path) -> str:
-        """One GET, hashed while written; retried on mid-stream errors (botocore retries the request)."""
-        from s3transfer.utils import S3_RETRYABLE_DOWNLOAD_ERRORS
+    def _open_body(self, obj: RemoteObject) -> Callable[[str | None], Any]:
+        """Opens the whole object's streaming body: the direct GET when possible, else ``get_object``."""
+        def open_whole(_range: str | None) -> Any:
+            body = self._direct.get(obj.key, obj.etag) if self._direct is not None else None
+            if body is None:
+                body = self.client.get_object(Bucket=self.plan.bucket, Key=obj.key, **_if_match(obj))["Body"]
+            return body
+        return open_whole
 
-        last: Exception | None = None
-        for attempt in range(1, self.options.download_attempts + 1):
-            written = 0
-            try:
-                body = self._open_body(obj)
-                md5 = hashlib.md5(usedforsecurity=False)
-                with open(tmp, "wb") as f:
-                    for chunk in body.iter_chunks(_STREAM_CHUNK):
-                        f.write(chunk)
-                        md5.update(chunk)
-                        written += len(chunk)
-                        self.bar.update(len(chunk))
-                    f.flush()
-                    os.fsync(f.fileno())
-                return md5.hexdigest()
-            except S3_RETRYABLE_DOWNLOAD_ERRORS as e:
-                self.bar.update(-written)
-                last = e
-                log.debug("%s: stream interrupted (attempt %d): %s", obj.key, attempt, e)
-        assert last is not None
-        raise last
+    def _get_in_ranges(self, obj: RemoteObject, fd: int,
+                       head: Callable[..., dict[str, Any]]) -> tuple[str | None, str | None]:
+        """Concurrent ranged GETs into ``fd``: (MD5, multipart ETag) of what arrived, as far as they help.
 
-    def _open_body(self, obj: RemoteObject) -> Any:
-        """The object's streaming body, from the direct GET when possible, else from ``get_object``."""
-        body = self._direct.get(obj.key, obj.etag) if self._direct is not None else None
-        if body is None:
-            body = self.client.get_object(Bucket=self.plan.bucket, Key=obj.key, **_if_match(obj))["Body"]
-        return body
+        When the ETag reveals the upload's parts, ranges span whole parts and each part's MD5 is taken (they
+        give the multipart ETag); for a single-part ETag the whole file's MD5 is taken behind the download;
+        otherwise nothing is hashed here and verification takes its own route (a full-object checksum, or
+        a re-read).
+        """
+        part_size = upload_part_size(obj.size, obj.etag, head)
+        chunk = self.options.multipart_chunksize
 
-    def _get_in_parts(self, obj: RemoteObject, tmp: Path) -> None:
-        """Concurrent ranged GETs through s3transfer into the (seekable) temporary file."""
-        from s3transfer.subscribers import BaseSubscriber
+        def open_range(byte_range: str | None) -> Any:
+            return self.client.get_object(Bucket=self.plan.bucket, Key=obj.key, Range=byte_range,
+                                          **_if_match(obj))["Body"]
 
-        bar = self.bar
-
-        class _Progress(BaseSubscriber):
-            def on_queued(self, future: Any, **kwargs: Any) -> None:
-                # Saves s3transfer its HEAD request; the ETag makes every ranged GET If-Match it.
-                future.meta.provide_transfer_size(obj.size)
-                future.meta.provide_object_etag(_if_match(obj).get("IfMatch"))
-
-            def on_progress(self, future: Any, bytes_transferred: int, **kwargs: Any) -> None:
-                bar.update(bytes_transferred)
-
-        with open(tmp, "wb") as f:
-            future = self.transfer_manager().download(self.plan.bucket, obj.key, f, subscribers=[_Progress()])
-            future.result()
-            f.flush()
-            os.fsync(f.fileno())
+        fetch = partial(fetch_ranges, fd, obj.size, open_body=open_range, pool=self._parts,
+                        attempts=self.options.download_attempts, progress=self.bar.update, stop=self._stop)
+        if part_size:
+            got = fetch(range_size=range_size_for_parts(part_size, chunk), part_md5s_of=part_size)
+            return None, combine_part_md5s(got.parts)
+        if is_single_part_etag(obj.etag):
+            return fetch(range_size=chunk, whole_md5=True).whole, None
+        fetch(range_size=chunk)
+        return None, None
 
 
 def _if_match(obj: RemoteObject) -> dict[str, str]:
@@ -356,11 +333,8 @@ def _if_match(obj: RemoteObject) -> dict[str, str]:
 
 def _reason(exc: BaseException) -> str:
     from botocore.exceptions import BotoCoreError, ClientError
-    from s3transfer.exceptions import S3DownloadFailedError
 
-    # 412 on our own GET, or s3transfer's wrapping of the 412 on a ranged GET
-    if (isinstance(exc, ClientError) and exc.response.get("Error", {}).get("Code") in ("PreconditionFailed", "412")) \
-            or (isinstance(exc, S3DownloadFailedError) and "did not match expected ETag" in str(exc)):
+    if isinstance(exc, ClientError) and exc.response.get("Error", {}).get("Code") in ("PreconditionFailed", "412"):
         return "object changed since it was listed (ETag no longer matches); re-run to fetch the new version"
     if isinstance(exc, (ClientError, BotoCoreError)):
         return describe_client_error(exc, what="download")

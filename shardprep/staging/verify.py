@@ -110,10 +110,14 @@ def multipart_etag(path: Path, part_size: int) -> str:
             digests.append(h.digest())
             if remaining:
                 break
-    if not digests:  # empty file: a single empty part
-        digests.append(hashlib.md5(b"", usedforsecurity=False).digest())
-    combined = hashlib.md5(b"".join(digests), usedforsecurity=False).hexdigest()
-    return f"{combined}-{len(digests)}"
+    return combine_part_md5s(digests)
+
+
+def combine_part_md5s(digests: Iterable[bytes]) -> str:
+    """``<md5 of the concatenated part MD5s>-N``: S3's multipart ETag from the parts' binary MD5s."""
+    parts = list(digests) or [hashlib.md5(b"", usedforsecurity=False).digest()]  # empty: one empty part
+    combined = hashlib.md5(b"".join(parts), usedforsecurity=False).hexdigest()
+    return f"{combined}-{len(parts)}"
 
 
 def _crt_checksum(algorithm: str) -> Any | None:
@@ -172,12 +176,14 @@ def etag_is_opaque(head: dict[str, Any]) -> bool:
 
 
 def verify_download(path: Path, *, size: int, etag: str, head: HeadFn,
-                    md5_of_stream: str | None = None) -> Verified:
+                    md5_of_stream: str | None = None, multipart_etag_of_stream: str | None = None) -> Verified:
     """Check ``path`` against the listed ``size`` and ``etag``; raise :class:`VerificationFailed`.
 
     ``head(**extra)`` performs a HEAD on the object (with e.g. ``ChecksumMode="ENABLED"`` or
-    ``PartNumber=1``) and is only called when the ETag alone cannot decide.  ``md5_of_stream`` lets a
-    caller that hashed the bytes while writing them skip re-reading the file.
+    ``PartNumber=1``) and is only called when the ETag alone cannot decide.  ``md5_of_stream`` and
+    ``multipart_etag_of_stream`` let a caller that hashed the bytes (whole, or in the upload's parts) while
+    writing them skip re-reading the file; a multipart ETag matching that way needs no HEAD either (it is
+    the same evidence the re-read would give).  When it does not match, the full procedure below runs.
     """
     actual = path.stat().st_size
     if actual != size:
@@ -191,6 +197,8 @@ def verify_download(path: Path, *, size: int, etag: str, head: HeadFn,
                          single_part=True)
 
     parts = multipart_parts(etag)
+    if parts is not None and multipart_etag_of_stream == etag:
+        return Verified("multipart-etag", etag)
     if parts is None:
         return _fallback(path, head(ChecksumMode="ENABLED"), f"ETag {etag!r} is not an MD5 form",
                          single_part=True)
