@@ -116,3 +116,23 @@ def test_pack_overhead_is_small_for_ordinary_documents(tmp_path):
     w.add(rng.integers(0, 50000, int(lengths.sum()), dtype=np.uint32), lengths)
     res = w.close()
     assert res.bytes / (res.tokens * 2) < 1.05
+
+
+def test_one_command_line_imports_only_its_own_command_module():
+    """`shardprep run-task` (every array task) must not import staging, doctor, export ... modules."""
+    import importlib
+    import subprocess
+    import sys
+
+    from shardprep.cli.main import COMMANDS, command_module
+
+    for mod_name in COMMANDS:   # the convention command_module relies on
+        assert importlib.import_module(f"shardprep.cli.{mod_name}").NAME == mod_name.replace("_", "-")
+    assert command_module(["-v", "run-task", "out", "3"]) == "run_task"
+    assert command_module(["export-hf", "x"]) == "export_hf"
+    assert command_module(["--help"]) is None and command_module(["no-such-command"]) is None
+    code = ("import sys; from shardprep.cli.main import main\n"
+            "try:\n    main(['run-task', '--help'])\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in sys.modules if m.startswith('shardprep.cli.')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "['shardprep.cli.main', 'shardprep.cli.run_task']"

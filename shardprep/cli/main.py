@@ -38,7 +38,20 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
     """Shows every option's default and keeps description paragraphs as written."""
 
 
-def build_parser() -> argparse.ArgumentParser:
+def command_module(argv: Sequence[str]) -> str | None:
+    """The module of the command ``argv`` names (its first non-option word), if it is one of ours.
+
+    Why: every Slurm array task starts with ``shardprep run-task``; importing all twelve command modules
+    (staging, doctor, HF export ...) to parse one command line cost each task ~0.1 s.  Command ``NAME`` s
+    are their module names with ``-`` for ``_`` (a test keeps it so).
+    """
+    word = next((a for a in argv if not a.startswith("-")), None)
+    mod_name = word.replace("-", "_") if word else None
+    return mod_name if mod_name in COMMANDS else None
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line, or with ``only`` just that command's module imported and wired up."""
     parser = argparse.ArgumentParser(
         prog="shardprep",
         description="Tokenize raw text into WebDataset shards with a Slurm job array, and load them for DDP.",
@@ -48,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for mod_name in COMMANDS:
+    for mod_name in COMMANDS if only is None else (only,):
         mod = importlib.import_module(f"shardprep.cli.{mod_name}")
         p = sub.add_parser(mod.NAME, help=mod.HELP, description=getattr(mod, "DESCRIPTION", mod.HELP),
                            formatter_class=HelpFormatter)
@@ -58,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(command_module(argv))
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,

@@ -107,7 +107,7 @@ class ShardDataset(IterableDataset):
         self.cache_bytes = int(cache_bytes) if cache_bytes else max(64 << 20, 3 * block_bytes)
         self.pad_id = self._resolve_pad(pad_id)
         # token ids travel in the shard's dtype (legacy JSON: int64); the pad id must fit it too
-        self.wire_dtype = DTYPES.get(self.index.dtype, np.dtype(np.int64))
+        self.wire_dtype = np.dtype(DTYPES.get(self.index.dtype, "<i8"))
         if self.pad_id > np.iinfo(self.wire_dtype).max or self.pad_id < 0:
             raise ConfigError(f"pad_id={self.pad_id} is invalid: must be a token id in [0, "
                               f"{np.iinfo(self.wire_dtype).max}] for {self.index.dtype} shards")

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import re
 
-import numpy as np
-
 FORMAT_VERSION = 1
 JOB_FILE = "job.json"
 INDEX_FILE = "index.json"
@@ -15,7 +13,8 @@ SHARD_RE = re.compile(r"^shard-(\d{5,})\.tar$")
 LAYOUTS = ("pack", "doc")
 DEFAULT_CHUNK_TOKENS = 1 << 18
 
-DTYPES = {"uint16": np.dtype("<u2"), "uint32": np.dtype("<u4")}
+# numpy dtype strings (little-endian), kept as strings so this module does not import numpy (CLI start-up)
+DTYPES = {"uint16": "<u2", "uint32": "<u4"}
 EXT_FOR_DTYPE = {"uint16": "u16", "uint32": "u32"}
 DTYPE_FOR_EXT = {v: k for k, v in EXT_FOR_DTYPE.items()}
 

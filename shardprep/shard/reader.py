@@ -75,7 +75,7 @@ def chunks_of(sidecar: dict) -> list[Chunk]:
 
 def read_chunk(src: ByteSource, chunk: Chunk, dtype: str) -> tuple[np.ndarray, np.ndarray]:
     """Return ``(tokens, doclens)`` of one sample with exactly two ranged reads (one in doc layout)."""
-    dt = DTYPES[dtype]
+    dt = np.dtype(DTYPES[dtype])
     tokens = np.frombuffer(src.read(chunk.tokens_offset, chunk.tokens * dt.itemsize), dtype=dt)
     if chunk.doclens_itemsize:
         ldt = np.dtype(f"<u{chunk.doclens_itemsize}")

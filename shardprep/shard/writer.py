@@ -15,10 +15,11 @@ from pathlib import Path
 
 import numpy as np
 
-from shardprep.fsutil import HashingWriter, fsync_dir, temp_name_for
+from shardprep.fsutil import HashingWriter, fsync_dir, start_writeback, temp_name_for
 from shardprep.shard.format import DTYPES, EXT_FOR_DTYPE, LAYOUTS, sample_key
 
 _BLOCK = 512
+_WRITEBACK_EVERY = 32 << 20   # see ShardWriter._write_back_early
 
 
 @dataclass
@@ -68,12 +69,13 @@ class ShardWriter:
         self.task = task
         self.layout = layout
         self.dtype_name = dtype
-        self.dtype = DTYPES[dtype]
+        self.dtype = np.dtype(DTYPES[dtype])
         self._max_id = np.iinfo(self.dtype).max
         self.chunk_tokens = max(1, int(chunk_tokens))
         self._tmp = temp_name_for(self.path)
         self._file = open(self._tmp, "wb", buffering=4 << 20)
         self._out = HashingWriter(self._file)
+        self._written_back = 0   # bytes handed to start_writeback so far
         self.table = ChunkTable()
         self._pending_tokens: list[np.ndarray] = []
         self._pending_lens: list[np.ndarray] = []
@@ -201,6 +203,20 @@ class ShardWriter:
         self.documents += int(lens.size)
         self.tokens += int(tokens.size)
         self._pending_tokens, self._pending_lens, self._pending_count = [], [], 0
+        self._write_back_early()
+
+    def _write_back_early(self) -> None:
+        """Start storage write-out every ``_WRITEBACK_EVERY`` bytes so the fsync in :meth:`close` is short.
+
+        Without it a task's whole shard (hundreds of MB) is still dirty at the end and ``close`` waits
+        ~0.45 s per 500 MB for the disk while its CPU sits idle; started as the task goes, the write-out
+        overlaps the tokenizing.
+        """
+        written = self._out.bytes_written
+        if written - self._written_back >= _WRITEBACK_EVERY:
+            self._file.flush()
+            start_writeback(self._file.fileno(), self._written_back, written - self._written_back)
+            self._written_back = written
 
     def _write_docs(self, ids: np.ndarray, lengths: np.ndarray) -> None:
         ext = EXT_FOR_DTYPE[self.dtype_name]
@@ -218,3 +234,4 @@ class ShardWriter:
             pos += n
         self.documents += len(lengths)
         self.tokens += int(lengths.sum())
+        self._write_back_early()
