@@ -85,10 +85,16 @@ def _wait_mid_write(out: Path, task: int, timeout: float = 90) -> None:
 
 
 def _submit_big_and_wait_mid_write(corpus: Path, out: Path, tokenizer: Path) -> tuple[str, str]:
-    """Submit the 3-task big corpus job; return (array id, finalize id) once task 2 is mid-write."""
+    """Submit the 3-task big corpus job; return (array id, finalize id) once task 2 is mid-write and the two
+    small tasks are done (task 2 may start writing before task 1, sharing the 2 CPUs, has finished)."""
     proc = run_cli("submit", "--executor", "slurm", "-i", corpus, "-o", out, "-t", tokenizer, *BIG_OPTIONS, *COMMON)
     array_id, finalize_id = submitted_job_ids(proc.stdout)
     _wait_mid_write(out, 2)
+    deadline = time.monotonic() + 30
+    while not all((out / f"shard-{t:05d}.json").exists() for t in (0, 1)):
+        assert time.monotonic() < deadline, "the small tasks 0 and 1 never finished"
+        time.sleep(0.05)
+    assert not (out / "shard-00002.json").exists(), "task 2 finished before it could be interrupted"
     return array_id, finalize_id
 
 

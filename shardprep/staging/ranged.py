@@ -3,9 +3,10 @@
 Why not s3transfer for the large objects: it re-chunks every 256 KiB through queues and an I/O thread and
 knows nothing of the digests verification needs, so the finished file had to be read a second time to
 recompute its multipart ETag (MD5 runs at ~640 MiB/s per core here: 0.6 s of CPU per 384 MiB, plus the
-reads).  Here, when the ETag says the object was uploaded in N parts, the ranges *are* those parts (part
-size inferred from N and the size, or read from ``HEAD ?partNumber=1``), so each range's MD5 is taken while
-its bytes pass through and the multipart ETag is known when the last range lands.
+reads).  Here, when the ETag says the object was uploaded in N parts, every range spans whole parts (part
+size inferred from N and the size, or read from ``HEAD ?partNumber=1``), so each part's MD5 is taken while
+its bytes pass through and the multipart ETag is known when the last range lands; for a single-part ETag
+the whole file's MD5 is taken behind the download (:class:`_PrefixMD5`).
 Ranges are written with ``pwrite`` at their offsets (no shared file position, no lock) and the write-back
 of each finished range is started at once (``fsutil.start_writeback``), so the final ``fsync`` before the
 rename has little left to wait for.
@@ -25,14 +26,13 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from shardprep.fsutil import start_writeback
-from shardprep.staging.verify import VerificationFailed, infer_part_size, multipart_parts, part_size_fits
+from shardprep.staging.verify import HeadFn, VerificationFailed, infer_part_size, multipart_parts, part_size_fits
 
 STREAM_CHUNK = 1 << 20
 WHOLE_MD5_WINDOW = 3     # ranges in flight per object when its whole-file MD5 is taken (see fetch_ranges)
 
 OpenBody = Callable[[str | None], Any]     # Range header value (None: the whole object) -> StreamingBody
 Progress = Callable[[int], Any]            # bytes written (negative: taken back before a retry)
-HeadFn = Callable[..., dict[str, Any]]
 
 
 def split_ranges(size: int, part_size: int) -> list[tuple[int, int]]:
