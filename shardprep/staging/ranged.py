@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from shardprep.fsutil import start_writeback
-from shardprep.staging.verify import HeadFn, VerificationFailed, infer_part_size, multipart_parts, part_size_fits
+from shardprep.staging.verify import (HeadFn, PartMD5s, VerificationFailed, infer_part_size, multipart_parts,
+                                      part_size_fits)
 
 STREAM_CHUNK = 1 << 20
 WHOLE_MD5_WINDOW = 3     # ranges in flight per object when its whole-file MD5 is taken (see fetch_ranges)
@@ -55,32 +56,6 @@ def upload_part_size(size: int, etag: str, head: HeadFn) -> int | None:
     return part_size if part_size > 0 and part_size_fits(size, parts, part_size) else None
 
 
-class _PartMD5s:
-    """MD5s of consecutive ``every``-byte pieces of a stream (a range spanning several upload parts)."""
-
-    def __init__(self, every: int):
-        self._every = every
-        self._digests: list[bytes] = []
-        self._md5 = hashlib.md5(usedforsecurity=False)
-        self._filled = 0
-
-    def update(self, chunk: bytes) -> None:
-        view = memoryview(chunk)
-        while view:
-            take = min(len(view), self._every - self._filled)
-            self._md5.update(view[:take])
-            self._filled += take
-            view = view[take:]
-            if self._filled == self._every:
-                self._digests.append(self._md5.digest())
-                self._md5, self._filled = hashlib.md5(usedforsecurity=False), 0
-
-    def digests(self) -> tuple[bytes, ...]:
-        if self._filled or not self._digests:   # the shorter last piece; an empty stream is one empty piece
-            return (*self._digests, self._md5.digest())
-        return tuple(self._digests)
-
-
 def stream_into(fd: int, offset: int, length: int, open_body: OpenBody, range_header: str | None, *,
                 attempts: int, progress: Progress, md5_every: int | None = None,
                 on_chunk: Callable[[int, bytes], Any] | None = None) -> tuple[bytes, ...]:
@@ -100,7 +75,7 @@ def stream_into(fd: int, offset: int, length: int, open_body: OpenBody, range_he
         done = 0
         try:
             body = open_body(range_header)
-            hasher = _PartMD5s(md5_every) if md5_every else None
+            hasher = PartMD5s(md5_every) if md5_every else None
             for chunk in body.iter_chunks(STREAM_CHUNK):
                 if done + len(chunk) > length:
                     raise VerificationFailed(f"the server sent more than the {length} bytes asked for"
@@ -229,15 +204,15 @@ def fetch_ranges(fd: int, size: int, range_size: int, open_body: OpenBody, pool:
     prefix = _PrefixMD5(fd, ranges) if whole_md5 else None
 
     def one(index: int, start: int, length: int) -> tuple[bytes, ...]:
+        byte_range = f"bytes={start}-{start + length - 1}"
         if stop is not None and stop.is_set():
-            raise CancelledError(f"stopped before bytes={start}-{start + length - 1}")
+            raise CancelledError(f"stopped before {byte_range}")
+
         def hash_behind(offset: int, chunk: bytes) -> None:
             prefix.wrote(index, offset, chunk)   # type: ignore[union-attr]
 
-        digests = stream_into(fd, start, length, open_body, f"bytes={start}-{start + length - 1}",
-                              attempts=attempts, progress=progress,
-                              md5_every=part_md5s_of,
-                              on_chunk=hash_behind if prefix else None)
+        digests = stream_into(fd, start, length, open_body, byte_range, attempts=attempts, progress=progress,
+                              md5_every=part_md5s_of, on_chunk=hash_behind if prefix else None)
         start_writeback(fd, start, length)
         return digests
 

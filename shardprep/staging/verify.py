@@ -92,25 +92,42 @@ def md5_hex(path: Path) -> str:
     return h.hexdigest()
 
 
+class PartMD5s:
+    """MD5s of consecutive ``every``-byte pieces of a byte stream fed in chunks of any size.
+
+    The parts of a multipart ETag, whether the bytes come from a file (:func:`multipart_etag`) or from a
+    ranged GET spanning several upload parts while it streams (``ranged.stream_into``).
+    """
+
+    def __init__(self, every: int):
+        self._every = every
+        self._digests: list[bytes] = []
+        self._md5 = hashlib.md5(usedforsecurity=False)
+        self._filled = 0
+
+    def update(self, chunk: bytes | memoryview) -> None:
+        view = memoryview(chunk)
+        while view:
+            take = min(len(view), self._every - self._filled)
+            self._md5.update(view[:take])
+            self._filled += take
+            view = view[take:]
+            if self._filled == self._every:
+                self._digests.append(self._md5.digest())
+                self._md5, self._filled = hashlib.md5(usedforsecurity=False), 0
+
+    def digests(self) -> tuple[bytes, ...]:
+        if self._filled or not self._digests:   # the shorter last piece; an empty stream is one empty piece
+            return (*self._digests, self._md5.digest())
+        return tuple(self._digests)
+
+
 def multipart_etag(path: Path, part_size: int) -> str:
     """The ETag S3 gives ``path`` uploaded in parts of ``part_size`` (``<md5 of part md5s>-N``)."""
-    digests: list[bytes] = []
-    with open(path, "rb") as f:
-        while True:
-            h = hashlib.md5(usedforsecurity=False)
-            remaining = part_size
-            while remaining:
-                chunk = f.read(min(_BLOCK, remaining))
-                if not chunk:
-                    break
-                h.update(chunk)
-                remaining -= len(chunk)
-            if remaining == part_size:  # nothing read: end of file
-                break
-            digests.append(h.digest())
-            if remaining:
-                break
-    return combine_part_md5s(digests)
+    parts = PartMD5s(part_size)
+    for chunk in _iter_blocks(path):
+        parts.update(chunk)
+    return combine_part_md5s(parts.digests())
 
 
 def combine_part_md5s(digests: Iterable[bytes]) -> str:
