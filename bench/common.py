@@ -109,7 +109,7 @@ def multilingual_corpus(path: Path, target_bytes: int, seed: int = 0) -> dict:
     """Generated documents in eight scripts (Zipf-distributed words from a seeded lexicon per script, so
     frequent words repeat as in real text), with digits, emoji/ZWJ sequences, the sample module's
     multilingual sentences and some English mixed in."""
-    from shardprep.sample import _MULTILINGUAL
+    from shardprep.demo_data import _MULTILINGUAL
 
     rng0 = random.Random(seed)
     lexicons = {name: _lexicon(rng0, spec) for name, spec in _SCRIPTS.items()}

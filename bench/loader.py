@@ -31,8 +31,8 @@ LEGACY_TARS = 8
 # -- data -------------------------------------------------------------------------------------------------
 def build_data(text_mb: int) -> tuple[Path, Path, dict]:
     """Tokenized shards and the same documents as token_ids.json tars (both cached in WORKDIR)."""
-    from shardprep.pipeline import tokenize_directory
-    from shardprep.sample import build_sample_tokenizer
+    from shardprep.api import tokenize_directory
+    from shardprep.demo_data import build_sample_tokenizer
 
     corpus, meta = ensure_corpus(WORKDIR, "english", text_mb * MB)
     tokenizer = GPT2 if GPT2.is_file() else build_sample_tokenizer(WORKDIR / "sample-tokenizer.json")

@@ -79,7 +79,7 @@ def raw_gigatoken(corpus: str, tokenizer: str, parallel: bool = False) -> dict:
 
 def task(output: str, threads: int = 1) -> dict:
     """One shardprep task, in process, from plan to sidecar (the plan was written by the parent)."""
-    from shardprep.task import run_task
+    from shardprep.job.task import run_task
 
     with _Clock() as c:
         result = run_task(Path(output), 0, threads=threads)
@@ -166,7 +166,7 @@ def encode_pool(corpus: str, tokenizer: str, backend: str, workers: int) -> dict
 def local_run(output: str, workers: int) -> dict:
     """Every task of a plan through the local executor (spawned processes, 1 thread each), timed."""
     from shardprep.executor.local import LocalExecutor
-    from shardprep.jobstate import job_state
+    from shardprep.job.state import job_state
 
     import resource
 

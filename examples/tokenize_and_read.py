@@ -14,8 +14,8 @@ import tempfile
 from pathlib import Path
 
 from shardprep.loader import ShardDataset, make_dataloader
-from shardprep.pipeline import tokenize_directory
-from shardprep.sample import build_sample_tokenizer, write_sample_corpus
+from shardprep.api import tokenize_directory
+from shardprep.demo_data import build_sample_tokenizer, write_sample_corpus
 
 
 def main(workdir: Path) -> None:

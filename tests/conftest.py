@@ -17,7 +17,7 @@ SHARED_CORPUS = SHARED / "corpus"
 
 @pytest.fixture(scope="session")
 def sample_tokenizer(tmp_path_factory) -> Path:
-    from shardprep.sample import build_sample_tokenizer
+    from shardprep.demo_data import build_sample_tokenizer
 
     return build_sample_tokenizer(tmp_path_factory.mktemp("tok") / "tokenizer.json")
 

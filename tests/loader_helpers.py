@@ -13,7 +13,7 @@ import orjson
 
 def write_uneven_corpus(directory: Path, docs_per_file: list[int], *, seed: int = 0) -> Path:
     """One .txt file per entry, with that many generated documents (one per line)."""
-    from shardprep.sample import sample_documents
+    from shardprep.demo_data import sample_documents
 
     directory.mkdir(parents=True, exist_ok=True)
     for i, n in enumerate(docs_per_file):
@@ -25,7 +25,7 @@ def write_uneven_corpus(directory: Path, docs_per_file: list[int], *, seed: int 
 def make_dataset(root: Path, tokenizer: Path, docs_per_file: list[int], *, chunk_tokens: int = 1500,
                  layout: str = "pack", seed: int = 0) -> Path:
     """A finalized shardprep output with one shard per entry of ``docs_per_file``."""
-    from shardprep.pipeline import tokenize_directory
+    from shardprep.api import tokenize_directory
 
     corpus = write_uneven_corpus(root / "corpus", docs_per_file, seed=seed)
     return tokenize_directory(corpus, root / "out", tokenizer, workers=1, chunk_tokens=chunk_tokens, layout=layout)

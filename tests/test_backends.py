@@ -85,7 +85,7 @@ def test_gpt2_backends_write_identical_shards(tmp_path, gpt2_tokenizer, shared_c
 
 @pytest.mark.slow
 def test_trained_tokenizer_backends_write_identical_shards(tmp_path, sample_tokenizer):
-    from shardprep.sample import write_sample_corpus
+    from shardprep.demo_data import write_sample_corpus
 
     raw = write_sample_corpus(tmp_path / "raw", files=3, docs_per_file=150, seed=7)
     (raw / "z_special.txt").write_text("\n".join(SPECIAL_LINES) + "\n", encoding="utf-8")
@@ -105,7 +105,7 @@ def _no_regex_bpe(path: Path) -> Path:
     always applies the regex, so its ids differ: a real case the check has to catch."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-    from shardprep.sample import sample_documents
+    from shardprep.demo_data import sample_documents
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
@@ -121,7 +121,7 @@ def _wordpiece(path: Path) -> Path:
     """A WordPiece tokenizer: a model type gigatoken cannot load at all."""
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
-    from shardprep.sample import sample_documents
+    from shardprep.demo_data import sample_documents
 
     tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
@@ -133,7 +133,7 @@ def _wordpiece(path: Path) -> Path:
 
 @pytest.mark.slow
 def test_auto_falls_back_to_hf_and_records_why(tmp_path):
-    from shardprep.sample import write_sample_corpus
+    from shardprep.demo_data import write_sample_corpus
 
     tokenizer = _no_regex_bpe(tmp_path / "noregex.json")
     raw = write_sample_corpus(tmp_path / "raw", files=1, docs_per_file=100, seed=5)
@@ -243,7 +243,7 @@ def test_add_boundary_tokens_matches_per_document_reference():
 def test_block_reader_gives_same_documents_and_skips_at_any_block_size(tmp_path, monkeypatch, block):
     """Lines crossing block boundaries, CR/LF, blank and over-long lines, and a byte range all read the
     same with tiny blocks as with the default 1 MiB block."""
-    from shardprep.config import TokenizeOptions
+    from shardprep.job.options import TokenizeOptions
     from shardprep.inputs import readers
     from shardprep.inputs.discover import discover_inputs
 

@@ -132,7 +132,7 @@ def test_missing_tokenizer_and_missing_eos(tmp_path, sample_tokenizer):
 
 
 def test_mismatched_resubmit_is_refused_then_overwritten(tmp_path, sample_tokenizer):
-    from shardprep.sample import build_sample_tokenizer
+    from shardprep.demo_data import build_sample_tokenizer
 
     other = build_sample_tokenizer(tmp_path / "other" / "tokenizer.json", vocab_size=500)
     (tmp_path / "in.txt").write_text("hello world\n")

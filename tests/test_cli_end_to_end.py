@@ -16,7 +16,7 @@ import pytest
 import zstandard
 from helpers import eos_id, reference_ids, run_cli, shard_documents
 
-from shardprep.sample import sample_documents
+from shardprep.demo_data import sample_documents
 
 HARD = [
     "한국어 문장은 토크나이저에게 어려운 경우입니다.",

@@ -14,8 +14,8 @@ import pytest
 from helpers import run_cli
 
 from shardprep.errors import EXIT_ENVIRONMENT, EXIT_INPUT, EXIT_TOKENIZER
-from shardprep.resources import usable_cpus
-from shardprep.sample import write_sample_corpus
+from shardprep.job.resources import usable_cpus
+from shardprep.demo_data import write_sample_corpus
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
 from fake_lfs import install as install_fake_lfs  # noqa: E402
@@ -49,7 +49,7 @@ def _slurm_answers() -> bool:
 
 
 def test_json_report_on_this_machine_follows_the_schema(tmp_path, corpus, sample_tokenizer, monkeypatch):
-    from shardprep.lustre import detect_lustre
+    from shardprep.storage.lustre import detect_lustre
 
     fake_calls = install_fake_lfs(tmp_path, monkeypatch)     # an `lfs` on PATH must not be used off Lustre
     out = tmp_path / "shards"
@@ -151,7 +151,7 @@ def test_input_problems(tmp_path, sample_tokenizer):
 
 
 def test_lustre_branch_reads_striping_with_a_stand_in_lfs(tmp_path, monkeypatch):
-    from shardprep.doctor_machine import check_filesystem
+    from shardprep.doctor.machine import check_filesystem
 
     calls = install_fake_lfs(tmp_path, monkeypatch)
     out = tmp_path / "fsx" / "shards"

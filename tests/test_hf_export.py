@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardprep.errors import EXIT_INPUT, EXIT_PLAN_CONFLICT
-from shardprep.sample import sample_documents
+from shardprep.demo_data import sample_documents
 
 datasets = pytest.importorskip("datasets")
 

@@ -14,7 +14,7 @@ import pytest
 from helpers import run_cli
 
 from shardprep.errors import EXIT_REQUEUE
-from shardprep.sample import sample_documents
+from shardprep.demo_data import sample_documents
 
 pytestmark = pytest.mark.slow
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from shardprep import lustre
+from shardprep.storage import lustre
 from shardprep.errors import ConfigError, EnvironmentProblem
-from shardprep.lustre import (DEFAULT_SHARD_LAYOUT, LUSTRE_SUPER_MAGIC, STAGED_INPUT_LAYOUT, StripeLayout,
+from shardprep.storage.lustre import (DEFAULT_SHARD_LAYOUT, LUSTRE_SUPER_MAGIC, STAGED_INPUT_LAYOUT, StripeLayout,
                               add_stripe_arguments, is_lustre, mount_for, parse_mounts, prepare_output_dir,
                               stripe_layout_from_args)
 
@@ -160,7 +160,7 @@ def test_non_empty_directory_is_left_alone_but_read_back(tmp_path, fake_lfs):
 
 def test_not_lustre_skips_striping_and_says_so_once(tmp_path, fake_lfs, caplog, monkeypatch):
     monkeypatch.setattr(lustre, "_said_not_lustre", False)
-    caplog.set_level(logging.INFO, logger="shardprep.lustre")
+    caplog.set_level(logging.INFO, logger="shardprep.storage.lustre")
     a = prepare_output_dir(tmp_path / "a", DEFAULT_SHARD_LAYOUT)   # real detection: not Lustre here
     b = prepare_output_dir(tmp_path / "b", DEFAULT_SHARD_LAYOUT)
     assert a == b == {"filesystem": "other", "applied": None, "command": None}
@@ -182,7 +182,7 @@ def test_a_file_in_the_way_is_a_config_error(tmp_path):
 
 def test_lustre_without_lfs_warns(tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
-    caplog.set_level(logging.WARNING, logger="shardprep.lustre")
+    caplog.set_level(logging.WARNING, logger="shardprep.storage.lustre")
     record = prepare_output_dir(tmp_path / "out", DEFAULT_SHARD_LAYOUT, detect=_on_lustre)
     assert record == {"filesystem": "lustre", "applied": None, "command": None, "note": "lfs not found"}
     assert any("`lfs` is not on PATH" in r.getMessage() for r in caplog.records)

@@ -8,8 +8,8 @@ from pathlib import Path
 import orjson
 from helpers import run_cli
 
-from shardprep.lustre import DEFAULT_SHARD_LAYOUT, StripeLayout, prepare_output_dir
-from shardprep.pipeline import plan_job
+from shardprep.storage.lustre import DEFAULT_SHARD_LAYOUT, StripeLayout, prepare_output_dir
+from shardprep.api import plan_job
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
 from fake_lfs import install as install_fake_lfs  # noqa: E402

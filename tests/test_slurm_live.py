@@ -15,7 +15,7 @@ from helpers import eos_id, reference_ids, run_cli, shard_documents
 from s3_server import make_bucket, s3_client
 from slurm_cluster import max_array_size, submitted_job_ids, wait_for_jobs
 
-from shardprep.sample import sample_documents
+from shardprep.demo_data import sample_documents
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 

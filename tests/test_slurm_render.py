@@ -18,13 +18,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardprep.errors import ConfigError
-from shardprep.executor.slurm import SlurmExecutor
-from shardprep.executor.slurm_jobs import latest_attempts
-from shardprep.executor.slurm_options import SlurmOptions, parse_slurm_time
-from shardprep.executor.slurm_render import (SBATCH_MARKER, TEMPLATES, plan_arrays, render_tokenize,
+from shardprep.executor.slurm.sbatch import SlurmExecutor
+from shardprep.executor.slurm.jobs import latest_attempts
+from shardprep.executor.slurm.options import SlurmOptions, parse_slurm_time
+from shardprep.executor.slurm.render import (SBATCH_MARKER, TEMPLATES, plan_arrays, render_tokenize,
                                              template_text)
-from shardprep.executor.slurm_state import exit_status_from_log
-from shardprep.executor.submitit_executor import SubmititExecutor, extra_as_parameters
+from shardprep.executor.slurm.state import exit_status_from_log
+from shardprep.executor.slurm.submitit import SubmititExecutor, extra_as_parameters
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -314,7 +314,7 @@ def test_batch_script_passes_on_a_failure_without_requeue(tmp_path):
 def test_status_without_slurm_answers_reads_failures_from_the_logs(tmp_path, sample_tokenizer):
     """Slurm forgot the jobs (or there is no Slurm): status still tells done, failed (with the log tail)
     and missing tasks from sidecars, jobs.json and the logs."""
-    from shardprep.executor.slurm_jobs import SubmissionRecorder
+    from shardprep.executor.slurm.jobs import SubmissionRecorder
 
     inp = tmp_path / "in"
     inp.mkdir()
@@ -342,7 +342,7 @@ def test_status_without_slurm_answers_reads_failures_from_the_logs(tmp_path, sam
 def test_resume_keeps_recorded_options_unless_given_again():
     import argparse
 
-    from shardprep.executor.slurm_options import add_slurm_arguments, slurm_options_from_args
+    from shardprep.executor.slurm.options import add_slurm_arguments, slurm_options_from_args
 
     p = argparse.ArgumentParser()
     add_slurm_arguments(p)

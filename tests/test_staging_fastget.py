@@ -224,7 +224,7 @@ def test_redirect_is_handed_back_to_get_object(s3_endpoint, bucket):
 @pytest.mark.s3
 def test_stage_uses_the_direct_get_for_unicode_and_encoded_objects(s3_endpoint, bucket, tmp_path):
     """Every key but the probe goes direct; bytes land exactly as stored, even gzip-encoded ones."""
-    from shardprep.staging.s3client import ClientOptions, make_client
+    from shardprep.storage.s3 import ClientOptions, make_client
     from shardprep.staging.stage import StageOptions, stage_prefix
 
     c = s3_client(s3_endpoint)
@@ -256,7 +256,7 @@ SECRETS = {"AWS_ACCESS_KEY_ID": "AKIASHARDPREPTEST001", "AWS_SECRET_ACCESS_KEY":
 
 @pytest.mark.s3
 def test_credentials_never_reach_logs_reasons_or_files(s3_endpoint, bucket, tmp_path, monkeypatch, caplog):
-    from shardprep.staging.s3client import ClientOptions
+    from shardprep.storage.s3 import ClientOptions
     from shardprep.staging.stage import StageOptions, stage_prefix
 
     c = s3_client(s3_endpoint)

@@ -15,10 +15,10 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from botocore.exceptions import IncompleteReadError
 
-from shardprep.fsutil import start_writeback
+from shardprep.storage.atomic import start_writeback
 from shardprep.staging.ranged import (fetch_ranges, range_size_for_parts, split_ranges, stream_into,
                                       upload_part_size)
-from shardprep.staging.verify import VerificationFailed, combine_part_md5s, multipart_etag, verify_download
+from shardprep.staging.integrity import VerificationFailed, combine_part_md5s, multipart_etag, verify_download
 
 MIB = 1 << 20
 
@@ -283,7 +283,7 @@ def test_a_multipart_etag_hashed_while_streaming_needs_no_head_and_no_re_read(tm
 def test_start_writeback_is_harmless_and_uses_sync_file_range_on_linux(tmp_path):
     import sys
 
-    from shardprep import fsutil
+    from shardprep.storage import atomic as fsutil
 
     data = os.urandom(3 * MIB)
     fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT)

@@ -31,7 +31,7 @@ from s3_server import FaultProxy, aws_env, make_bucket, s3_client  # noqa: E402
 
 from shardprep.staging import keys as keymod  # noqa: E402
 from shardprep.staging.manifest import matches_filters  # noqa: E402
-from shardprep.staging.verify import (VerificationFailed, infer_part_size, multipart_etag,  # noqa: E402
+from shardprep.staging.integrity import (VerificationFailed, infer_part_size, multipart_etag,  # noqa: E402
                                       verify_download)
 
 MIB = 1 << 20
@@ -323,7 +323,7 @@ def test_changed_object_and_tampered_local_file_are_fetched_again(s3_endpoint, b
 
 @pytest.mark.s3
 def test_object_replaced_after_listing_fails_cleanly(s3_endpoint, bucket, tmp_path):
-    from shardprep.staging.s3client import ClientOptions, make_client
+    from shardprep.storage.s3 import ClientOptions, make_client
     from shardprep.staging.stage import StageOptions, _Stager, plan_stage
 
     c = s3_client(s3_endpoint)
@@ -438,8 +438,8 @@ def test_ctrl_c_stops_a_large_download_promptly_and_leaves_nothing_behind(s3_end
 
 @pytest.mark.s3
 def test_staged_directory_gets_the_single_stripe_layout(s3_endpoint, bucket, tmp_path, monkeypatch):
-    from shardprep import lustre
-    from shardprep.staging.s3client import ClientOptions
+    from shardprep.storage import lustre
+    from shardprep.storage.s3 import ClientOptions
     from shardprep.staging.stage import StageOptions, stage_prefix
 
     calls = install_fake_lfs(tmp_path, monkeypatch)
@@ -541,7 +541,7 @@ def test_round_trip_stage_tokenize_upload_read_back(s3_endpoint, bucket, tmp_pat
     corpus = SHARED / "corpus" / "tinyshakespeare.txt"
     if not tokenizer.exists() or not corpus.exists():
         pytest.skip("shared tokenizer/corpus not present")
-    pipeline = pytest.importorskip("shardprep.pipeline")
+    pipeline = pytest.importorskip("shardprep.api")
 
     c = s3_client(s3_endpoint)
     lines = corpus.read_text(encoding="utf-8").splitlines()[:3000]

@@ -8,7 +8,7 @@ import json
 from helpers import run_cli, shard_documents
 
 from shardprep.errors import EXIT_TOKENIZER
-from shardprep.resources import usable_cpus
+from shardprep.job.resources import usable_cpus
 from shardprep.tokenizer.load import resolve_tokenizer
 
 

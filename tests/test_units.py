@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardprep.config import PlanOptions, TokenizeOptions
+from shardprep.job.options import PlanOptions, TokenizeOptions
 from shardprep.inputs.discover import discover_inputs
 from shardprep.inputs.readers import SkipLog, WorkItem, iter_documents
-from shardprep.jobstate import format_array_ranges, parse_array_ranges
-from shardprep.plan import split_into_tasks
+from shardprep.job.state import format_array_ranges, parse_array_ranges
+from shardprep.job.plan import split_into_tasks
 from shardprep.shard.reader import LocalSource, chunks_of, read_chunk, walk_tar
 from shardprep.shard.writer import ShardWriter
 from shardprep.tokenizer.backend import add_boundary_tokens

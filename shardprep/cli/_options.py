@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from shardprep.config import BACKENDS, TXT_MODES, PlanOptions, TokenizeOptions, parse_size
+from shardprep.job.options import BACKENDS, TXT_MODES, PlanOptions, TokenizeOptions, parse_size
 from shardprep.errors import ConfigError
-from shardprep.lustre import add_stripe_arguments, prepare_output_dir, stripe_layout_from_args
+from shardprep.storage.lustre import add_stripe_arguments, prepare_output_dir, stripe_layout_from_args
 from shardprep.shard.format import DEFAULT_CHUNK_TOKENS, LAYOUTS
 
 
@@ -80,7 +80,7 @@ def plan_options_from_args(args: argparse.Namespace) -> PlanOptions:
 
 def plan_from_args(args: argparse.Namespace):
     """Plan and freeze the job described by the command line; returns (plan, job)."""
-    from shardprep.pipeline import plan_job
+    from shardprep.api import plan_job
 
     if not args.input:
         raise ConfigError("--input is required (a file, directory, glob or @list)")

@@ -8,7 +8,7 @@ import sys
 import orjson
 
 from shardprep.cli._options import size_arg
-from shardprep.staging.s3client import add_client_arguments
+from shardprep.storage.s3 import add_client_arguments
 from shardprep.staging.summary import TransferSummary, human_bytes
 
 

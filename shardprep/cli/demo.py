@@ -27,9 +27,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from shardprep.cli import inspect as inspect_cmd
-    from shardprep.pipeline import tokenize_directory
-    from shardprep.sample import build_sample_tokenizer, write_sample_corpus
-    from shardprep.verify import verify
+    from shardprep.api import tokenize_directory
+    from shardprep.demo_data import build_sample_tokenizer, write_sample_corpus
+    from shardprep.job.verify import verify
 
     work = Path(args.workdir)
     raw = work / "raw"
@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     bad = verify(shards)
     if bad:
         raise IncompleteError(f"verification failed: {', '.join(b.name for b in bad)}")
-    from shardprep.fsutil import read_json
+    from shardprep.storage.atomic import read_json
 
     t = read_json(shards / "index.json")["totals"]
     print(f"demo: {t['shards']} shard(s) in {shards}: {t['documents']:,} documents, {t['tokens']:,} tokens, "

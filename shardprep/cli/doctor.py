@@ -46,8 +46,8 @@ def _print_text(report) -> None:
 def run(args: argparse.Namespace) -> int:
     import orjson
 
-    from shardprep.doctor import run_doctor
-    from shardprep.resources import set_tokenizer_threads
+    from shardprep.doctor.checks import run_doctor
+    from shardprep.job.resources import set_tokenizer_threads
 
     environ = dict(os.environ)     # what the user has set, before the speed test pins one thread
     set_tokenizer_threads(1)

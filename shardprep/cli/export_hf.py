@@ -45,7 +45,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import datasets
 
-    from shardprep.hf_export import ExportRequest, balance_ratio, export, summary_line
+    from shardprep.hf.export import ExportRequest, balance_ratio, export, summary_line
 
     # The export reads Arrow batches only; without this, every streamed dataset imports torch (1-2 s) just to
     # share an epoch counter with DataLoader workers.  This process is ours, so the switch is safe here.

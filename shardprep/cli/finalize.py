@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from shardprep.finalize import finalize
+from shardprep.job.finalize import finalize
 
 NAME = "finalize"
 HELP = "check that every task is complete and write OUTPUT/index.json (copies no data)"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from shardprep.cli._options import add_plan_arguments, plan_from_args
-from shardprep.jobstate import format_array_ranges, job_state
+from shardprep.job.state import format_array_ranges, job_state
 
 NAME = "plan"
 HELP = "list inputs, assign them to tasks and write OUTPUT/job.json (runs nothing)"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from shardprep.task import run_task
+from shardprep.job.task import run_task
 
 NAME = "run-task"
 HELP = "run one task of the plan in OUTPUT (used by array jobs; idempotent)"

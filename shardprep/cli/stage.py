@@ -6,8 +6,8 @@ import argparse
 
 from shardprep.cli._transfer import add_transfer_arguments, finish, print_dry_run
 from shardprep.errors import ConfigError
-from shardprep.lustre import STAGED_INPUT_LAYOUT, add_stripe_arguments, stripe_layout_from_args
-from shardprep.staging.s3client import client_options_from_args, make_client
+from shardprep.storage.lustre import STAGED_INPUT_LAYOUT, add_stripe_arguments, stripe_layout_from_args
+from shardprep.storage.s3 import client_options_from_args, make_client
 
 NAME = "stage"
 HELP = "copy an S3 prefix to a local or Lustre directory, verified and resumable"
@@ -35,7 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_transfer_arguments(p, what="keys (below the prefix)", concurrency=32,
                            part_help="objects at least this big are fetched as concurrent ranged parts of this size")
     add_stripe_arguments(p, default_help="a single stripe per file (-c 1 -S 1M)")
-    from shardprep.executor.slurm_stage import add_stage_submit_arguments  # the Slurm helper's options
+    from shardprep.executor.slurm.stage_job import add_stage_submit_arguments  # the Slurm helper's options
 
     add_stage_submit_arguments(p)
 
@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     if args.then_tokenize is not None and not args.submit:
         raise ConfigError("--then-tokenize needs --submit (it runs inside the Slurm stage job)")
     if args.submit:
-        from shardprep.executor.slurm_stage import submit_stage
+        from shardprep.executor.slurm.stage_job import submit_stage
 
         record = submit_stage(options, args, dry_run=args.dry_run)
         print(record["script"] if args.dry_run else record["job_id"])

@@ -6,8 +6,8 @@ import argparse
 from pathlib import Path
 
 from shardprep.errors import EXIT_INCOMPLETE
-from shardprep.executor.slurm_state import slurm_status_json, slurm_status_lines
-from shardprep.jobstate import format_array_ranges, job_state, load_job
+from shardprep.executor.slurm.state import slurm_status_json, slurm_status_lines
+from shardprep.job.state import format_array_ranges, job_state, load_job
 from shardprep.shard.format import INDEX_FILE
 
 NAME = "status"

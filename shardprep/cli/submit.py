@@ -8,9 +8,9 @@ from pathlib import Path
 from shardprep.cli._options import add_plan_arguments, plan_from_args
 from shardprep.errors import ConfigError
 from shardprep.executor import EXECUTORS, make_executor
-from shardprep.executor.slurm_options import add_slurm_arguments
-from shardprep.jobstate import format_array_ranges, job_state, load_job
-from shardprep.fsutil import read_json
+from shardprep.executor.slurm.options import add_slurm_arguments
+from shardprep.job.state import format_array_ranges, job_state, load_job
+from shardprep.storage.atomic import read_json
 from shardprep.shard.format import INDEX_FILE, TOKENIZER_FILE
 from shardprep.tokenizer.load import check_frozen_tokenizer
 

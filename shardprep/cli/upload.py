@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from shardprep.cli._transfer import add_transfer_arguments, finish, print_dry_run
-from shardprep.staging.s3client import client_options_from_args, make_client
+from shardprep.storage.s3 import client_options_from_args, make_client
 
 NAME = "upload"
 HELP = "upload an output directory (shards, sidecars, index.json last) to an S3 prefix"

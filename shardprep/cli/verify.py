@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from shardprep.errors import EXIT_INCOMPLETE
-from shardprep.verify import verify
+from shardprep.job.verify import verify
 
 NAME = "verify"
 HELP = "re-hash and re-parse every shard against index.json; exit 5 naming each bad shard"

@@ -17,7 +17,7 @@ def make_executor(name: str | None, args: argparse.Namespace) -> Executor:
     submission, else local.
     """
     if name is None:
-        from shardprep.executor.slurm_jobs import last_submission
+        from shardprep.executor.slurm.jobs import last_submission
 
         last = last_submission(args.resume) if getattr(args, "resume", None) else None
         name = last["executor"] if last else "local"
@@ -27,17 +27,17 @@ def make_executor(name: str | None, args: argparse.Namespace) -> Executor:
         return LocalExecutor(getattr(args, "workers", None), finalize=not getattr(args, "no_finalize", False),
                              show_progress=not getattr(args, "no_progress", False))
     if name in ("slurm", "submitit"):
-        from shardprep.executor.slurm_jobs import last_submission
-        from shardprep.executor.slurm_options import slurm_options_from_args
+        from shardprep.executor.slurm.jobs import last_submission
+        from shardprep.executor.slurm.options import slurm_options_from_args
 
         last = last_submission(args.resume) if getattr(args, "resume", None) else None
         options = slurm_options_from_args(args, recorded=last["options"] if last else None)
         finalize = not getattr(args, "no_finalize", False)
         if name == "slurm":
-            from shardprep.executor.slurm import SlurmExecutor
+            from shardprep.executor.slurm.sbatch import SlurmExecutor
 
             return SlurmExecutor(options, finalize=finalize)
-        from shardprep.executor.submitit_executor import SubmititExecutor
+        from shardprep.executor.slurm.submitit import SubmititExecutor
 
         return SubmititExecutor(options, finalize=finalize)
     raise ConfigError(f"--executor={name!r} is not available (choose from {', '.join(EXECUTORS)})")

@@ -1,4 +1,4 @@
-"""The executor seam: *where* tasks run.  *What* a task does is ``shardprep.task.run_task``, the same
+"""The executor seam: *where* tasks run.  *What* a task does is ``shardprep.job.task.run_task``, the same
 for every executor; an executor only launches task ids of a frozen plan and (when it can) finalizes."""
 
 from __future__ import annotations

@@ -17,15 +17,15 @@ from pathlib import Path
 
 from shardprep.errors import IncompleteError, ShardprepError
 from shardprep.executor.base import LaunchReport
-from shardprep.finalize import finalize
-from shardprep.resources import usable_cpus
+from shardprep.job.finalize import finalize
+from shardprep.job.resources import usable_cpus
 
 log = logging.getLogger(__name__)
 
 
 def _worker(output: str, task: int, threads: int, progress_q) -> tuple[int, str, str]:
     """Runs in a child process; returns (task, status, message) so nothing needs to unpickle exceptions."""
-    from shardprep.task import run_task
+    from shardprep.job.task import run_task
 
     pending = [0, 0, time.monotonic()]
 

@@ -19,7 +19,7 @@ from typing import IO, Any, Iterable, Iterator
 
 import orjson
 
-from shardprep.config import TokenizeOptions
+from shardprep.job.options import TokenizeOptions
 from shardprep.errors import InputDataError
 from shardprep.inputs.discover import InputFile
 

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from shardprep.errors import InputDataError, TransferError
-from shardprep.fsutil import sha256_file
+from shardprep.storage.atomic import sha256_file
 from shardprep.shard.reader import ByteSource, LocalSource
 
 log = logging.getLogger(__name__)
@@ -142,7 +142,7 @@ def object_sizes(root: str, *, endpoint_url: str | None = None) -> dict[str, int
 
 
 def sha256_of(location: str, *, endpoint_url: str | None = None, block: int = 8 << 20) -> str:
-    """sha256 of a whole shard, streamed (``verify=True``); local files go through fsutil."""
+    """sha256 of a whole shard, streamed (``verify=True``); local files go through storage.atomic."""
     if not is_s3(location):
         return sha256_file(Path(location), block=block)
     bucket, key = split_s3(location)

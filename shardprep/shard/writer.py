@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from shardprep.fsutil import HashingWriter, fsync_dir, start_writeback, temp_name_for
+from shardprep.storage.atomic import HashingWriter, fsync_dir, start_writeback, temp_name_for
 from shardprep.shard.format import DTYPES, EXT_FOR_DTYPE, LAYOUTS, sample_key
 
 _BLOCK = 512

@@ -22,7 +22,7 @@ from typing import Any, Iterable, Sequence
 
 import orjson
 
-from shardprep.fsutil import atomic_writer, write_json_atomic
+from shardprep.storage.atomic import atomic_writer, write_json_atomic
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ size inferred from N and the size, or read from ``HEAD ?partNumber=1``), so each
 its bytes pass through and the multipart ETag is known when the last range lands; for a single-part ETag
 the whole file's MD5 is taken behind the download (:class:`_PrefixMD5`).
 Ranges are written with ``pwrite`` at their offsets (no shared file position, no lock) and the write-back
-of each finished range is started at once (``fsutil.start_writeback``), so the final ``fsync`` before the
+of each finished range is started at once (``storage.atomic.start_writeback``), so the final ``fsync`` before the
 rename has little left to wait for.
 
 Every range GET goes through ``client.get_object`` (its ~2 ms of per-call CPU is nothing next to MiBs of
@@ -25,8 +25,8 @@ from concurrent.futures import FIRST_COMPLETED, CancelledError, Future, ThreadPo
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from shardprep.fsutil import start_writeback
-from shardprep.staging.verify import (HeadFn, PartMD5s, VerificationFailed, infer_part_size, multipart_parts,
+from shardprep.storage.atomic import start_writeback
+from shardprep.staging.integrity import (HeadFn, PartMD5s, VerificationFailed, infer_part_size, multipart_parts,
                                       part_size_fits)
 
 STREAM_CHUNK = 1 << 20

@@ -2,7 +2,7 @@
 
 The flow is list once -> refuse unsafe keys -> skip what is already verified -> download the rest ->
 verify -> rename.  Every object is written to a hidden temporary name beside its target
-(``fsutil.temp_name_for``), checked against the listing (see ``verify.py``), fsynced and only then renamed,
+(``storage.atomic.temp_name_for``), checked against the listing (see ``integrity.py``), fsynced and only then renamed,
 so an interrupted stage leaves no partial file under a final name; the next run removes the dead
 temporaries and fetches only objects without a still-valid verified record.
 
@@ -33,17 +33,17 @@ from pathlib import Path
 from typing import Any, Callable
 
 from shardprep.errors import InputDataError
-from shardprep.fsutil import fsync_dir, is_temp_name, temp_name_for
-from shardprep.lustre import STAGED_INPUT_LAYOUT, StripeLayout, prepare_output_dir
+from shardprep.storage.atomic import fsync_dir, is_temp_name, temp_name_for
+from shardprep.storage.lustre import STAGED_INPUT_LAYOUT, StripeLayout, prepare_output_dir
 from shardprep.staging import keys as keymod
 from shardprep.staging.fastget import DirectGetter, SigningCapture, direct_getter
 from shardprep.staging.manifest import (RemoteObject, VerifiedCopy, VerifiedJournal, list_prefix,
                                         matches_filters, write_manifest)
 from shardprep.staging.ranged import fetch_ranges, range_size_for_parts, stream_into, upload_part_size
-from shardprep.staging.s3client import (DEFAULT_PART_SIZE, ClientOptions, check_transfer_settings,
+from shardprep.storage.s3 import (DEFAULT_PART_SIZE, ClientOptions, check_transfer_settings,
                                         describe_client_error, make_client, parse_s3_url, transfer_error)
 from shardprep.staging.summary import TransferSummary, progress_bar
-from shardprep.staging.verify import VerificationFailed, combine_part_md5s, is_single_part_etag, verify_download
+from shardprep.staging.integrity import VerificationFailed, combine_part_md5s, is_single_part_etag, verify_download
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ Integrity: every upload carries a checksum (``ChecksumAlgorithm``, CRC32 by defa
 request and per part, so a corrupted byte fails the upload instead of landing.
 
 Skipping: an object already at the destination is skipped only when it provably holds the same bytes:
-same size and the content check of ``verify.verify_download`` (MD5 ETag, full-object checksum or the
+same size and the content check of ``integrity.verify_download`` (MD5 ETag, full-object checksum or the
 multipart ETag recomputed with the object's part size) passes against the local file.  A size match alone
 (an SSE-KMS bucket without checksums) is not enough; such files are uploaded again.
 
@@ -23,10 +23,10 @@ from typing import Any
 
 from shardprep.errors import ConfigError, InputDataError
 from shardprep.staging.manifest import RemoteObject, list_prefix, matches_filters
-from shardprep.staging.s3client import (DEFAULT_PART_SIZE, ClientOptions, check_transfer_settings,
+from shardprep.storage.s3 import (DEFAULT_PART_SIZE, ClientOptions, check_transfer_settings,
                                         describe_client_error, make_client, parse_s3_url, transfer_error)
 from shardprep.staging.summary import TransferSummary, progress_bar
-from shardprep.staging.verify import VerificationFailed, verify_download
+from shardprep.staging.integrity import VerificationFailed, verify_download
 
 log = logging.getLogger(__name__)
 

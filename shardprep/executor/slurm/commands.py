@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from shardprep.errors import EnvironmentProblem
-from shardprep.executor.slurm_render import DEFAULT_MAX_ARRAY_SIZE
+from shardprep.executor.slurm.render import DEFAULT_MAX_ARRAY_SIZE
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ class QueueEntry:
 
 def _expand_index(text: str) -> list[int | None]:
     """squeue prints pending, not yet split array elements as ``0-5%2`` or ``[3,7-9]``."""
-    from shardprep.jobstate import parse_array_ranges
+    from shardprep.job.state import parse_array_ranges
 
     text = text.strip().strip("[]")
     if text in ("", "N/A"):

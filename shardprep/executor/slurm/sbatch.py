@@ -27,13 +27,13 @@ from pathlib import Path
 
 from shardprep.errors import ConfigError
 from shardprep.executor.base import LaunchReport
-from shardprep.executor import slurm_cmd
-from shardprep.executor.slurm_jobs import SLURM_DIR, SubmissionRecorder
-from shardprep.executor.slurm_options import SlurmOptions
-from shardprep.executor.slurm_state import refuse_if_active
-from shardprep.executor.slurm_render import (TASK_LOG_PATTERN, ArrayChunk, plan_arrays, render_finalize,
+from shardprep.executor.slurm import commands as slurm_cmd
+from shardprep.executor.slurm.jobs import SLURM_DIR, SubmissionRecorder
+from shardprep.executor.slurm.options import SlurmOptions
+from shardprep.executor.slurm.state import refuse_if_active
+from shardprep.executor.slurm.render import (TASK_LOG_PATTERN, ArrayChunk, plan_arrays, render_finalize,
                                              render_tokenize, unsafe_path_problem)
-from shardprep.jobstate import format_array_ranges
+from shardprep.job.state import format_array_ranges
 from shardprep.shard.format import INDEX_FILE, LOG_DIR
 
 log = logging.getLogger(__name__)

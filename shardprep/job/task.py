@@ -21,13 +21,13 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from shardprep import __version__
-from shardprep.config import TokenizeOptions
+from shardprep.job.options import TokenizeOptions
 from shardprep.errors import InputDataError, Preempted, TokenizerError
-from shardprep.fsutil import remove_stale_temps, write_json_atomic
+from shardprep.storage.atomic import remove_stale_temps, write_json_atomic
 from shardprep.inputs.discover import InputFile
 from shardprep.inputs.readers import SkipLog, WorkItem, iter_documents
-from shardprep.jobstate import load_job, read_sidecar, sidecar_problem
-from shardprep.resources import peak_rss_bytes, set_tokenizer_threads, usable_cpus
+from shardprep.job.state import load_job, read_sidecar, sidecar_problem
+from shardprep.job.resources import peak_rss_bytes, set_tokenizer_threads, usable_cpus
 from shardprep.shard.format import FORMAT_VERSION, LOG_DIR, TOKENIZER_FILE, shard_name, sidecar_name
 from shardprep.shard.writer import ShardWriter
 from shardprep.tokenizer.backend import add_boundary_tokens, select_backend

@@ -7,7 +7,7 @@ report's exit status is then the code of the first failing check (``EXIT_TOKENIZ
 ``EXIT_ENVIRONMENT``).  Warnings cost speed or convenience but not the result, and exit 0.
 
 This module holds the checks that need the tokenizer and the data (loading, speed, backend, input, free
-space against the planned output size) and the runner; ``doctor_machine`` holds the machine checks.  The
+space against the planned output size) and the runner; ``doctor.machine`` holds the machine checks.  The
 JSON form is documented in docs/doctor.md; keep the two in step.
 """
 
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from shardprep import __version__
-from shardprep.doctor_machine import (FAIL, OK, WARN, Check, check_cpus, check_environment, check_filesystem,
+from shardprep.doctor.machine import (FAIL, OK, WARN, Check, check_cpus, check_environment, check_filesystem,
                                       check_memory, check_slurm, check_versions, check_write_permission,
                                       existing_ancestor, human_bytes)
 from shardprep.errors import EXIT_INPUT, EXIT_OK, EXIT_TOKENIZER, ShardprepError
@@ -138,7 +138,7 @@ def _text_bytes(inp) -> int:
 
 def _read_sample(ctx: Context) -> dict:
     """Up to SAMPLE_DOCS documents from the first inputs, read with the real readers and skip policy."""
-    from shardprep.config import TokenizeOptions
+    from shardprep.job.options import TokenizeOptions
     from shardprep.inputs.readers import SkipLog, WorkItem, iter_documents
 
     opts = TokenizeOptions(text_field=ctx.text_field)
@@ -211,7 +211,7 @@ def _not_checked(name: str, why: str) -> Check:
 
 
 def check_speed(ctx: Context) -> Check:
-    from shardprep.sample import sample_documents
+    from shardprep.demo_data import sample_documents
     from shardprep.tokenizer.backend import HFBackend
 
     if ctx.resolved is None:
@@ -292,7 +292,7 @@ def check_free_space(ctx: Context) -> Check:
 
 
 def _machine_checks(ctx: Context) -> list[Callable[[], Check]]:
-    from shardprep.resources import usable_cpus
+    from shardprep.job.resources import usable_cpus
 
     return [
         lambda: check_cpus(ctx.environ),

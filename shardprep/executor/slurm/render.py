@@ -21,8 +21,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from shardprep.executor.slurm_options import SlurmOptions
-from shardprep.jobstate import format_array_ranges
+from shardprep.executor.slurm.options import SlurmOptions
+from shardprep.job.state import format_array_ranges
 
 SBATCH_MARKER = "# @SHARDPREP_SBATCH@"
 ENV_MARKER = "# @SHARDPREP_ENV@"

@@ -21,7 +21,7 @@ rule the tokenize readers apply).  ``txt`` output holds one document per line, s
 break (``\\n`` or ``\\r``) is refused during the measure pass, before anything is written: escaping would
 change the text, and jsonl keeps it intact.
 
-Every file is written with ``fsutil.atomic_writer``; the manifest ``export.json`` is rewritten after each
+Every file is written with ``storage.atomic.atomic_writer``; the manifest ``export.json`` is rewritten after each
 file.  Re-running the same command skips finished files; other arguments into the same output directory
 are refused (``PlanConflictError``).
 """
@@ -41,8 +41,8 @@ import orjson
 
 from shardprep import __version__
 from shardprep.errors import ConfigError, InputDataError, PlanConflictError
-from shardprep.fsutil import HashingWriter, atomic_writer, read_json, remove_stale_temps, write_json_atomic
-from shardprep.hf_source import Source, open_source
+from shardprep.storage.atomic import HashingWriter, atomic_writer, read_json, remove_stale_temps, write_json_atomic
+from shardprep.hf.source import Source, open_source
 
 log = logging.getLogger(__name__)
 

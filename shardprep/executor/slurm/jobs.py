@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from shardprep.fsutil import read_json, write_json_atomic
-from shardprep.jobstate import parse_array_ranges
+from shardprep.storage.atomic import read_json, write_json_atomic
+from shardprep.job.state import parse_array_ranges
 
 SLURM_DIR = "slurm"
 JOBS_FILE = "jobs.json"

@@ -3,7 +3,7 @@ environment variables and installed versions.
 
 Each function inspects one thing and returns a :class:`Check` with a verdict and, unless all is well, the
 fix in one sentence.  They take what they need as arguments (the output path, a snapshot of the
-environment) so a test can call them on a prepared situation; ``shardprep.doctor`` runs them in order.
+environment) so a test can call them on a prepared situation; ``shardprep.doctor.checks`` runs them in order.
 Secrets are never read into a report: for credential variables only "set"/"unset" is recorded.
 """
 
@@ -98,7 +98,7 @@ def cgroup_memory_limit() -> int | None:
 
 
 def check_cpus(environ: Mapping[str, str]) -> Check:
-    from shardprep.resources import usable_cpus
+    from shardprep.job.resources import usable_cpus
 
     try:
         affinity = len(os.sched_getaffinity(0))
@@ -143,14 +143,14 @@ def check_memory(usable_cpus: int) -> Check:
 
 def read_striping(path: Path) -> str:
     """``lfs getstripe -d`` of a directory (its default layout)."""
-    from shardprep.lustre import read_layout
+    from shardprep.storage.lustre import read_layout
 
     return read_layout(path)
 
 
 def check_filesystem(output: Path, *, detect: Callable[[Path], bool] | None = None) -> Check:
     """Lustre or not (statfs magic), the mount, and on Lustre the current default striping."""
-    from shardprep.lustre import detect_lustre, mount_for, read_mount_table
+    from shardprep.storage.lustre import detect_lustre, mount_for, read_mount_table
 
     probe = existing_ancestor(output)
     mount = mount_for(os.path.realpath(probe), read_mount_table())
@@ -208,7 +208,7 @@ def check_write_permission(output: Path) -> Check:
 
 def check_slurm(executor: str | None, n_tasks: int | None) -> Check:
     """sbatch/squeue reachable and MaxArraySize.  Problems fail only when a Slurm executor was named."""
-    from shardprep.executor.slurm_cmd import max_array_size, run_checked
+    from shardprep.executor.slurm.commands import max_array_size, run_checked
 
     needed = executor in ("slurm", "submitit")
     bad = FAIL if needed else WARN
@@ -230,7 +230,7 @@ def check_slurm(executor: str | None, n_tasks: int | None) -> Check:
     details.update(max_array_size=size, max_array_size_source=source)
     msg = f"{details['version']}, controller reachable, MaxArraySize {size} ({source})"
     if n_tasks:
-        from shardprep.executor.slurm_render import plan_arrays
+        from shardprep.executor.slurm.render import plan_arrays
 
         arrays = len(plan_arrays(range(n_tasks), size))
         details["planned_tasks"] = n_tasks

@@ -14,7 +14,7 @@ from pathlib import Path
 import orjson
 
 from shardprep.errors import IncompleteError
-from shardprep.fsutil import sha256_file
+from shardprep.storage.atomic import sha256_file
 from shardprep.shard.format import INDEX_FILE
 from shardprep.shard.reader import walk_tar
 

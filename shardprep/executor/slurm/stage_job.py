@@ -28,10 +28,10 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from shardprep.errors import ConfigError
-from shardprep.executor import slurm_cmd
-from shardprep.executor.slurm_jobs import now_iso, read_submissions, write_submissions
-from shardprep.executor.slurm_options import SlurmOptions, add_slurm_arguments, slurm_options_from_args
-from shardprep.executor.slurm_render import job_environment, render, template_text, unsafe_path_problem
+from shardprep.executor.slurm import commands as slurm_cmd
+from shardprep.executor.slurm.jobs import now_iso, read_submissions, write_submissions
+from shardprep.executor.slurm.options import SlurmOptions, add_slurm_arguments, slurm_options_from_args
+from shardprep.executor.slurm.render import job_environment, render, template_text, unsafe_path_problem
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +113,7 @@ def submit_stage(stage_options: Any, args: argparse.Namespace, *, dry_run: bool 
 
     ``args`` carries the stage job's Slurm options and ``then_tokenize``.
     """
-    from shardprep.lustre import prepare_output_dir
+    from shardprep.storage.lustre import prepare_output_dir
 
     dest = Path(stage_options.dest).resolve()
     problem = unsafe_path_problem(dest)

@@ -18,9 +18,9 @@ from pathlib import Path
 import orjson
 
 from shardprep import __version__
-from shardprep.config import PlanOptions, TokenizeOptions
+from shardprep.job.options import PlanOptions, TokenizeOptions
 from shardprep.errors import InputDataError, PlanConflictError
-from shardprep.fsutil import atomic_writer, write_json_atomic
+from shardprep.storage.atomic import atomic_writer, write_json_atomic
 from shardprep.inputs.discover import InputFile
 from shardprep.inputs.readers import WorkItem
 from shardprep.shard.format import FORMAT_VERSION, INDEX_FILE, JOB_FILE, SHARD_RE, TOKENIZER_FILE

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from shardprep import __version__
 from shardprep.errors import IncompleteError, InputDataError
-from shardprep.fsutil import write_json_atomic
-from shardprep.jobstate import format_array_ranges, job_state, load_job
+from shardprep.storage.atomic import write_json_atomic
+from shardprep.job.state import format_array_ranges, job_state, load_job
 from shardprep.shard.format import FORMAT_VERSION, INDEX_FILE
 
 log = logging.getLogger(__name__)

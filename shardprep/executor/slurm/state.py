@@ -1,6 +1,6 @@
 """The Slurm view of ``shardprep status``: sidecars joined with squeue, sacct (when enabled) and logs.
 
-Truth is the output directory.  A task is *done* only when its sidecar checks out (``jobstate``); Slurm
+Truth is the output directory.  A task is *done* only when its sidecar checks out (``job.state``); Slurm
 is asked only what the files cannot say about the other tasks: is it pending or running right now, and
 how did its last attempt end.  The sources, in order of trust for a task that is not done:
 
@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from shardprep.errors import ConfigError
-from shardprep.executor import slurm_cmd
-from shardprep.executor.slurm_jobs import TaskAttempt, latest_attempts, read_submissions
-from shardprep.jobstate import JobState, format_array_ranges
+from shardprep.executor.slurm import commands as slurm_cmd
+from shardprep.executor.slurm.jobs import TaskAttempt, latest_attempts, read_submissions
+from shardprep.job.state import JobState, format_array_ranges
 from shardprep.shard.format import INDEX_FILE
 
 EXIT_LINE = re.compile(r"^shardprep-task-exit: task=(\d+) status=(\d+)\s*$")
@@ -171,7 +171,7 @@ def _task_input_bytes(job: dict, task: int) -> int:
 
 def estimate_eta(output: Path, state: JobState, view: SlurmView) -> tuple[float | None, str]:
     """Seconds until the not-done tasks finish, from finished tasks' tokens/s and tokens per input byte."""
-    from shardprep.jobstate import load_job
+    from shardprep.job.state import load_job
 
     done = [sc for sc in state.done.values() if sc.get("stats", {}).get("elapsed_s")]
     remaining = [t for t, v in view.tasks.items() if v.state in ("running", "pending")]

@@ -1,0 +1,74 @@
+"""Python API for the whole job: plan into an output directory, run it, finalize.
+
+The CLI's ``plan``/``submit`` call these, and so can a notebook or a test::
+
+    from shardprep.api import tokenize_directory
+    tokenize_directory("data/raw", "data/shards", "tokenizer.json", layout="pack")
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Sequence
+
+from shardprep.job.options import PlanOptions, TokenizeOptions
+from shardprep.inputs.discover import discover_inputs
+from shardprep.job.plan import Plan, make_plan, require_documents_possible, write_plan
+from shardprep.tokenizer.load import resolve_tokenizer
+
+log = logging.getLogger(__name__)
+
+
+def plan_job(inputs: Sequence[str | Path], output: str | Path, tokenizer: str | Path,
+             options: TokenizeOptions | None = None, plan_options: PlanOptions | None = None, *,
+             overwrite: bool = False, prepare_dir=None) -> tuple[Plan, dict]:
+    """Discover inputs, resolve the tokenizer, split into tasks and freeze job.json in ``output``.
+
+    ``prepare_dir(output) -> dict | None`` runs before job.json is written (Lustre striping must be set
+    on the empty directory before the first file); what it returns is recorded as ``job["lustre"]``.
+    Returns the plan and the job dict as written (or as already present, when identical).
+    """
+    options = options or TokenizeOptions()
+    plan_options = plan_options or PlanOptions()
+    found = discover_inputs([str(i) for i in inputs])
+    require_documents_possible(found)
+    resolved = resolve_tokenizer(str(tokenizer), eos_token=options.eos_token, bos_token=options.bos_token)
+    if options.add_eos and resolved.info.eos_id is None:
+        from shardprep.errors import TokenizerError
+
+        raise TokenizerError(f"tokenizer {tokenizer} has no EOS token and EOS is appended by default",
+                             hint="name one with --eos-token, or use --no-eos")
+    if options.add_bos and resolved.info.bos_id is None:
+        from shardprep.errors import TokenizerError
+
+        raise TokenizerError(f"tokenizer {tokenizer} has no BOS token", hint="name one with --bos-token")
+    plan = make_plan(found, resolved, options, plan_options)
+    output = Path(output)
+    extra: dict[str, Any] = {}
+    if prepare_dir is not None:
+        fresh = not output.exists() or not any(output.iterdir())
+        output.mkdir(parents=True, exist_ok=True)
+        if fresh:
+            lustre = prepare_dir(output)
+            if lustre is not None:
+                extra["lustre"] = lustre
+    job = write_plan(output, plan, overwrite=overwrite, extra=extra)
+    log.info("planned %d input(s) into %d task(s) in %s", len(found), len(plan.tasks), output)
+    return plan, job
+
+
+def tokenize_directory(inputs: str | Path | Sequence[str | Path], output: str | Path, tokenizer: str | Path, *,
+                       workers: int | None = None, overwrite: bool = False, target_task_bytes: int | None = None,
+                       show_progress: bool = False, **options: Any) -> Path:
+    """Plan, run every task locally and finalize; return the output directory (holding index.json)."""
+    from shardprep.executor.local import LocalExecutor
+    from shardprep.job.state import job_state
+
+    if isinstance(inputs, (str, Path)):
+        inputs = [inputs]
+    plan_job(inputs, output, tokenizer, TokenizeOptions(**options), PlanOptions(target_task_bytes),
+             overwrite=overwrite)
+    missing = job_state(Path(output)).missing
+    LocalExecutor(workers, show_progress=show_progress).launch(Path(output), missing)
+    return Path(output)

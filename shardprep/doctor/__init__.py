@@ -1,0 +1,1 @@
+"""``shardprep doctor``: pre-flight checks (``checks``) and machine facts (``machine``)."""

@@ -1,0 +1,201 @@
+"""The submitit executor: the same tasks and finalize dependency as the sbatch executor, via submitit.
+
+Each task is ``SubmititTask(output)(task_id)``, a thin callable around ``shardprep.job.task.run_task``, so
+both Slurm executors run identical task code and produce identical bytes.  Arrays follow the sbatch
+executor's rules: at most MaxArraySize elements per ``map_array`` call, chunks chained with
+``afterany`` when ``--max-parallel`` is set (the throttle is shared, not multiplied), and a finalize job
+with ``afterok`` on every chunk and ``--kill-on-invalid-dep=yes``.
+
+Pre-timeout: submitit sends its own signal (USR2, ``--signal-seconds`` before the limit) and, because the
+callable has a ``checkpoint`` method, requeues the element; the rerun skips finished shards and redoes
+only the unfinished one.  submitit logs go to ``OUTPUT/slurm/submitit/<array>_<index>_0_log.out``.
+"""
+
+from __future__ import annotations
+
+import logging
+import shlex
+from pathlib import Path
+from typing import Any
+
+from shardprep.errors import ConfigError, EnvironmentProblem
+from shardprep.executor.slurm import commands as slurm_cmd
+from shardprep.executor.base import LaunchReport
+from shardprep.executor.slurm.jobs import SLURM_DIR, SubmissionRecorder
+from shardprep.executor.slurm.options import SlurmOptions
+from shardprep.executor.slurm.state import refuse_if_active
+from shardprep.executor.slurm.render import job_environment, unsafe_path_problem
+from shardprep.job.state import format_array_ranges
+from shardprep.shard.format import INDEX_FILE
+
+log = logging.getLogger(__name__)
+
+SUBMITIT_DIR = f"{SLURM_DIR}/submitit"
+DEFAULT_TIMEOUT_MIN = 60   # submitit always writes --time; used when --time is not given
+
+
+class SubmititTask:
+    """Picklable callable run on the node: one task of the frozen plan.  Checkpointable for submitit."""
+
+    def __init__(self, output: str):
+        self.output = output
+
+    def __call__(self, task_id: int) -> dict[str, Any]:
+        import logging as _logging
+        import sys
+
+        from shardprep.job.task import run_task
+
+        # the task's progress and errors in submitit's log, as `run-task` prints them under sbatch
+        # (on shardprep's logger only: submitit has its own handler on the root's side)
+        ours = _logging.getLogger("shardprep")
+        if not any(getattr(h, "_shardprep_submitit", False) for h in ours.handlers):
+            handler = _logging.StreamHandler(sys.stderr)
+            handler.setFormatter(_logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+            handler._shardprep_submitit = True  # type: ignore[attr-defined]
+            ours.addHandler(handler)
+            ours.setLevel(_logging.INFO)
+        result = run_task(Path(self.output), int(task_id))
+        return {"task": result.task, "skipped_existing": result.skipped_existing,
+                "documents": result.documents, "tokens": result.tokens}
+
+    def checkpoint(self, task_id: int) -> Any:
+        """Called by submitit on the pre-timeout signal: requeue the same call (finished shards are kept)."""
+        import submitit
+
+        return submitit.helpers.DelayedSubmission(self, task_id)
+
+
+class SubmititFinalize:
+    def __init__(self, output: str):
+        self.output = output
+
+    def __call__(self) -> str:
+        from shardprep.job.finalize import finalize
+
+        finalize(Path(self.output))
+        return str(Path(self.output) / INDEX_FILE)
+
+
+def extra_as_parameters(lines: tuple[str, ...]) -> dict[str, Any]:
+    """``("--gres=gpu:1", "--exclusive")`` -> ``{"gres": "gpu:1", "exclusive": True}`` for submitit."""
+    params: dict[str, Any] = {}
+    for line in lines:
+        if not line.startswith("--"):
+            raise ConfigError(f"--sbatch-extra {line!r}: with --executor submitit use long options (--name=value)")
+        body = line[2:]
+        if "=" in body:
+            name, value = body.split("=", 1)
+            params[name] = value
+        elif " " in body.strip():
+            name, value = body.split(None, 1)
+            params[name] = value.strip()
+        else:
+            params[body.strip()] = True
+    return params
+
+
+def chunk_ids(task_ids: list[int], size: int) -> list[list[int]]:
+    ids = sorted(set(task_ids))
+    return [ids[i:i + size] for i in range(0, len(ids), size)]
+
+
+class SubmititExecutor:
+    """Submit task ids of a frozen plan with ``submitit.AutoExecutor.map_array``."""
+
+    name = "submitit"
+
+    def __init__(self, options: SlurmOptions, *, finalize: bool = True):
+        self.options = options
+        self.finalize = finalize
+
+    def parameters(self, output: Path) -> dict[str, Any]:
+        o = self.options
+        seconds = o.time_seconds
+        params: dict[str, Any] = {
+            "name": f"{o.job_name}-tokenize",
+            "timeout_min": -(-seconds // 60) if seconds else DEFAULT_TIMEOUT_MIN,
+            "nodes": 1, "tasks_per_node": 1, "cpus_per_task": o.cpus_per_task,
+            "slurm_signal_delay_s": o.signal_seconds,
+            "slurm_stderr_to_stdout": True,
+            # A clean job environment (no credentials, no unrelated variables): only what python needs.
+            "slurm_setup": [f"export {k}={shlex.quote(v)}" for k, v in job_environment().items()
+                            if k != "SHARDPREP_PYTHON"] + ["export SLURM_EXPORT_ENV=ALL"],
+        }
+        for key, value in (("slurm_partition", o.partition), ("slurm_account", o.account),
+                           ("slurm_qos", o.qos), ("slurm_mem", o.mem), ("slurm_constraint", o.constraint)):
+            if value is not None:
+                params[key] = value
+        params["slurm_additional_parameters"] = {"export": "NONE", "requeue": True,
+                                                 **extra_as_parameters(o.extra_sbatch)}
+        return params
+
+    def _executor(self, output: Path) -> Any:
+        try:
+            import submitit
+        except ImportError as e:  # pragma: no cover - submitit is a declared dependency
+            raise EnvironmentProblem("the submitit executor needs the submitit package (pip install submitit)") from e
+        try:
+            return submitit.AutoExecutor(folder=output / SUBMITIT_DIR, cluster="slurm")
+        except RuntimeError as e:
+            raise EnvironmentProblem(f"submitit cannot use Slurm here: {e}",
+                                     hint="run on a Slurm login node, or use --executor local") from None
+
+    def launch(self, output: Path, task_ids: list[int], *, dry_run: bool = False) -> LaunchReport:
+        output = Path(output).resolve()
+        problem = unsafe_path_problem(output)
+        if problem:
+            raise ConfigError(f"--output {output}: the path {problem}", hint="choose a path without such characters")
+        refuse_if_active(output, task_ids)
+        max_size, source = slurm_cmd.max_array_size()
+        chunks = chunk_ids(task_ids, max_size)
+        params = self.parameters(output)
+        chained = bool(self.options.max_parallel) and len(chunks) > 1
+        want_finalize = self.finalize and (bool(chunks) or not (output / INDEX_FILE).exists())
+        if dry_run:
+            lines = [f"# submitit: {len(chunks)} map_array call(s) of at most {max_size} (MaxArraySize from "
+                     f"{source}), throttle {self.options.max_parallel or 'none'}"
+                     + (", chained with afterany" if chained else "")]
+            lines += [f"#   array {k}: tasks {format_array_ranges(c)}" for k, c in enumerate(chunks)]
+            lines += [f"#   parameters: {params}"]
+            if want_finalize:
+                lines.append("#   finalize: afterok on every array, --kill-on-invalid-dep=yes")
+            return LaunchReport(self.name, list(task_ids), scripts=["\n".join(lines)])
+
+        ex = self._executor(output)
+        recorder = SubmissionRecorder(output, {
+            "executor": self.name, "tasks": format_array_ranges(task_ids), "max_array_size": max_size,
+            "max_array_size_source": source, "throttle": "chained" if chained else
+            ("single-array" if self.options.max_parallel else "none"), "options": self.options.to_dict()})
+        report = LaunchReport(self.name, list(task_ids))
+        array_ids: list[str] = []
+        base_extra = dict(params["slurm_additional_parameters"])
+        task_fn = SubmititTask(str(output))
+        for k, ids in enumerate(chunks):
+            extra = dict(base_extra)
+            if chained and array_ids:
+                extra["dependency"] = f"afterany:{array_ids[-1]}"
+            ex.update_parameters(**{**params, "slurm_additional_parameters": extra,
+                                    "slurm_array_parallelism": self.options.max_parallel or len(ids)})
+            jobs = ex.map_array(task_fn, ids)
+            array_id = str(jobs[0].job_id).split("_", 1)[0]
+            array_ids.append(array_id)
+            report.job_ids.append(array_id)
+            plain = len(ids) == 1        # submitit submits a single call as a plain job, not an array
+            recorder.add_array({"job_id": array_id, "offset": None, "indices": format_array_ranges(range(len(ids))),
+                                "tasks": format_array_ranges(ids), "dependency": extra.get("dependency"),
+                                "plain": plain, "log": f"{SUBMITIT_DIR}/{{job}}_0_log.out" if plain
+                                else f"{SUBMITIT_DIR}/{{job}}_{{index}}_0_log.out"})
+            log.info("submitit array %s: tasks %s", array_id, format_array_ranges(ids))
+        if want_finalize:
+            extra = dict(base_extra)
+            if array_ids:
+                extra.update({"dependency": "afterok:" + ":".join(array_ids), "kill-on-invalid-dep": "yes"})
+            ex.update_parameters(**{**params, "name": f"{self.options.job_name}-finalize", "cpus_per_task": 1,
+                                    "slurm_additional_parameters": extra})
+            job = ex.submit(SubmititFinalize(str(output)))
+            report.job_ids.append(str(job.job_id))
+            recorder.set_finalize({"job_id": str(job.job_id), "dependency": extra.get("dependency"),
+                                   "log": f"{SUBMITIT_DIR}/{job.job_id}_0_log.out"})
+            log.info("submitit finalize job %s (%s)", job.job_id, extra.get("dependency") or "no dependency")
+        return report

@@ -1,0 +1,1 @@
+"""Hugging Face datasets in and out: ``source`` opens a dataset, ``export`` writes balanced jsonl/txt files."""

@@ -1,0 +1,1 @@
+"""The job: frozen plan (job.json) -> tasks -> sidecars -> finalize/verify; what every executor runs."""
