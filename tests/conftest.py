@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,18 @@ import pytest
 # Session fixtures shared by several test modules: a real S3 API (moto server) and the live Slurm cluster.
 pytest_plugins = ("s3_server", "slurm_cluster")
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
+
+def _shared_dir() -> Path:
+    """``$SHARDPREP_SHARED``, else ``shared/`` beside the repository or beside a worktree's parent
+    (``/work/main`` and ``/work/wt/<name>`` both find ``/work/shared``)."""
+    if os.environ.get("SHARDPREP_SHARED"):
+        return Path(os.environ["SHARDPREP_SHARED"])
+    here = Path(__file__).resolve()
+    candidates = [here.parents[2] / "shared", here.parents[3] / "shared"]
+    return next((c for c in candidates if c.is_dir()), candidates[0])
+
+
+SHARED = _shared_dir()
 GPT2_TOKENIZER = SHARED / "tokenizers" / "gpt2" / "tokenizer.json"
 SHARED_CORPUS = SHARED / "corpus"
 
