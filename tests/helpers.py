@@ -7,7 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import orjson
 
 
 def run_cli(*args: str | os.PathLike, check: bool | int = True, env: dict | None = None,
@@ -27,13 +26,14 @@ def run_cli(*args: str | os.PathLike, check: bool | int = True, env: dict | None
 
 def shard_documents(output: Path) -> list[list[int]]:
     """Every document of a finalized output, in index order, read through the sidecars' chunk tables."""
+    from shardprep.job.finalize import read_index
+    from shardprep.job.schema import Sidecar
     from shardprep.shard.reader import iter_shard_documents
 
-    index = orjson.loads((output / "index.json").read_bytes())
     docs: list[list[int]] = []
-    for entry in index["shards"]:
-        sidecar = orjson.loads((output / entry["sidecar"]).read_bytes())
-        docs.extend(d.tolist() for d in iter_shard_documents(output / entry["name"], sidecar))
+    for entry in read_index(output).shards:
+        sidecar = Sidecar.parse((output / entry.sidecar).read_bytes(), output / entry.sidecar)
+        docs.extend(d.tolist() for d in iter_shard_documents(output / entry.name, sidecar))
     return docs
 
 

@@ -15,7 +15,7 @@ from shardprep.inputs.discover import discover_inputs
 from shardprep.inputs.readers import SkipLog, WorkItem, iter_documents
 from shardprep.job.state import format_array_ranges, parse_array_ranges
 from shardprep.job.plan import split_into_tasks
-from shardprep.shard.reader import LocalSource, chunks_of, read_chunk, walk_tar
+from shardprep.shard.reader import LocalSource, read_chunk, walk_tar
 from shardprep.shard.writer import ShardWriter
 from shardprep.tokenizer.backend import add_boundary_tokens
 
@@ -84,10 +84,9 @@ def test_writer_round_trip_and_chunking(tmp_path_factory, doc_lengths, chunk, la
         if part:
             w.add(np.concatenate(part), np.array([len(x) for x in part]))
     res = w.close()
-    sidecar = {"chunks": res.chunks.as_dict(), "dtype": "uint32"}
     src = LocalSource(res.path)
     got = []
-    for ch in chunks_of(sidecar):
+    for ch in res.chunks.chunks():
         tokens, lens = read_chunk(src, ch, "uint32")
         got.extend(np.split(tokens, np.cumsum(lens)[:-1]))
         if layout == "pack":  # a chunk only exceeds the target when it holds a single document
@@ -96,7 +95,7 @@ def test_writer_round_trip_and_chunking(tmp_path_factory, doc_lengths, chunk, la
     assert [g.tolist() for g in got] == [x.tolist() for x in docs]
     assert res.documents == len(docs) and res.tokens == sum(doc_lengths)
     parsed = list(walk_tar(res.path))
-    assert [p.key for p in parsed] == res.chunks.key and all(k.startswith("00003_") for k in res.chunks.key)
+    assert [p.key for p in parsed] == list(res.chunks.key) and all(k.startswith("00003_") for k in res.chunks.key)
     with tarfile.open(res.path) as tf:
         assert all(m.mtime == 0 and m.uid == 0 and m.mode == 0o644 for m in tf.getmembers())
 

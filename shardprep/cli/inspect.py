@@ -6,9 +6,9 @@ import argparse
 from pathlib import Path
 
 import numpy as np
-import orjson
 
 from shardprep.errors import InputDataError
+from shardprep.job.schema import Sidecar
 from shardprep.shard.format import TOKENIZER_FILE
 from shardprep.shard.reader import walk_tar
 
@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     if not path.is_file():
         raise InputDataError(f"shard {path} does not exist")
     sidecar_path = path.with_suffix(".json")
-    sidecar = orjson.loads(sidecar_path.read_bytes()) if sidecar_path.is_file() else None
+    sidecar = Sidecar.parse(sidecar_path.read_bytes(), sidecar_path) if sidecar_path.is_file() else None
     docs: list[np.ndarray] = []
     samples = n_docs = n_tokens = 0
     try:
@@ -44,12 +44,12 @@ def run(args: argparse.Namespace) -> int:
     size = path.stat().st_size
     print(f"{path}: {size:,} bytes, {samples} sample(s), {n_docs:,} documents, {n_tokens:,} tokens")
     if sidecar:
-        itemsize = 2 if sidecar["dtype"] == "uint16" else 4
-        print(f"  layout {sidecar['layout']}, dtype {sidecar['dtype']}, {size / max(1, n_tokens * itemsize):.3f}x raw "
-              f"token bytes, sha256 {sidecar['sha256'][:16]}..., backend {sidecar['backend'].get('name')}")
-        skipped = {k: v for k, v in sidecar["skipped"].items() if v}
+        itemsize = 2 if sidecar.dtype == "uint16" else 4
+        print(f"  layout {sidecar.layout}, dtype {sidecar.dtype}, {size / max(1, n_tokens * itemsize):.3f}x raw "
+              f"token bytes, sha256 {sidecar.sha256[:16]}..., backend {sidecar.backend.get('name')}")
+        skipped = {k: v for k, v in sidecar.skipped.items() if v}
         print(f"  skipped: {skipped or 'none'}")
-        for ex in sidecar.get("skipped_examples", [])[:5]:
+        for ex in sidecar.skipped_examples[:5]:
             print(f"    {ex['reason']}: {ex['file']}:{ex['line'] if ex['line'] is not None else '@' + str(ex.get('byte'))}")
     if docs:
         from tokenizers import Tokenizer

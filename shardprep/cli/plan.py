@@ -19,7 +19,7 @@ def run(args: argparse.Namespace) -> int:
     plan, job = plan_from_args(args)
     state = job_state(args.output, job)
     total = sum(i.size for i in plan.inputs)
-    print(f"plan {job['fingerprint'][:12]}: {len(plan.inputs)} input(s), {total:,} bytes -> {len(plan.tasks)} task(s)")
+    print(f"plan {job.fingerprint[:12]}: {len(plan.inputs)} input(s), {total:,} bytes -> {len(plan.tasks)} task(s)")
     print(f"tokenizer {plan.tokenizer.info.source} ({plan.tokenizer.info.vocab_size} ids, {plan.tokenizer.info.dtype})")
     for t, items in enumerate(plan.tasks[:20]):
         desc = ", ".join(f"{plan.inputs[w.input].path}" + ("" if w.start == 0 and w.end is None else f"[{w.start}:{w.end}]")

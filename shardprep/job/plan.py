@@ -17,12 +17,12 @@ from pathlib import Path
 
 import orjson
 
-from shardprep import __version__
 from shardprep.job.options import PlanOptions, TokenizeOptions
-from shardprep.errors import InputDataError, PlanConflictError
+from shardprep.errors import InputDataError, PlanConflictError, RecordError
 from shardprep.storage.atomic import atomic_writer, write_json_atomic
 from shardprep.inputs.discover import InputFile
 from shardprep.inputs.readers import WorkItem
+from shardprep.job.schema import Job
 from shardprep.shard.format import FORMAT_VERSION, INDEX_FILE, JOB_FILE, SHARD_RE, TOKENIZER_FILE
 from shardprep.tokenizer.load import ResolvedTokenizer
 
@@ -53,15 +53,9 @@ class Plan:
         body["tokenizer"] = {k: v for k, v in body["tokenizer"].items() if k != "source"}
         return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
-    def to_job(self) -> dict:
-        return {
-            "format_version": FORMAT_VERSION,
-            "created_by": f"shardprep {__version__}",
-            "fingerprint": self.fingerprint,
-            **{k: v for k, v in self.body().items() if k != "format_version"},
-            "options": self.options.to_dict(),
-            "plan_options": {"target_task_bytes": self.plan_options.target_task_bytes},
-        }
+    def to_job(self, lustre: dict | None = None) -> Job:
+        return Job(self.fingerprint, tuple(self.inputs), tuple(tuple(t) for t in self.tasks), self.tokenizer.info,
+                   self.options, self.plan_options, lustre)
 
 
 # -- splitting ------------------------------------------------------------------------------------------
@@ -167,20 +161,20 @@ def make_plan(inputs: list[InputFile], tokenizer: ResolvedTokenizer, options: To
 
 
 # -- writing / conflicts ----------------------------------------------------------------------------------
-def _differences(old: dict, new: dict) -> list[str]:
+def _differences(old: Job, new: Job) -> list[str]:
     diffs = []
-    if [i["path"] for i in old.get("inputs", [])] != [i["path"] for i in new["inputs"]]:
+    if [i.path for i in old.inputs] != [i.path for i in new.inputs]:
         diffs.append("the input files differ")
-    elif old.get("inputs") != new["inputs"]:
-        changed = [n["path"] for o, n in zip(old["inputs"], new["inputs"]) if o != n]
+    elif old.inputs != new.inputs:
+        changed = [n.path for o, n in zip(old.inputs, new.inputs) if o != n]
         diffs.append(f"input(s) changed since planning (size/mtime): {', '.join(changed[:3])}")
-    if old.get("tokenizer", {}).get("fingerprint") != new["tokenizer"]["fingerprint"]:
+    if old.tokenizer.fingerprint != new.tokenizer.fingerprint:
         diffs.append("the tokenizer differs")
-    old_opts = old.get("options", {})
-    changed = [k for k, v in new["options"].items() if k != "backend" and old_opts.get(k) != v]
+    old_opts, new_opts = old.options.content_dict(), new.options.content_dict()
+    changed = [k for k, v in new_opts.items() if old_opts.get(k) != v]
     if changed:
         diffs.append(f"options differ: {', '.join(changed)}")
-    if old.get("tasks") != new["tasks"] and not diffs:
+    if old.tasks != new.tasks and not diffs:
         diffs.append("the task assignment differs (e.g. --target-task-bytes)")
     return diffs or ["the plan differs"]
 
@@ -195,33 +189,42 @@ def clear_output(output: Path) -> None:
             shutil.rmtree(p)
 
 
-def write_plan(output: Path, plan: Plan, *, overwrite: bool = False, extra: dict | None = None) -> dict:
+def _existing_plan(job_path: Path) -> Job | None:
+    """The plan already in the output directory, None when there is none or it cannot be read."""
+    try:
+        return Job.parse(job_path.read_bytes(), job_path)
+    except FileNotFoundError:
+        return None
+    except RecordError as e:
+        log.warning("ignoring the unreadable %s: %s", job_path, e)
+        return None
+
+
+def write_plan(output: Path, plan: Plan, *, overwrite: bool = False, lustre: dict | None = None) -> Job:
     """Freeze ``plan`` into ``output`` (creating it), or accept an identical existing plan.
 
-    ``extra`` adds unfingerprinted records (e.g. the Lustre layout applied).  Returns the job dict.
+    ``lustre`` records the Lustre layout applied (not fingerprinted).  Returns the job as stored.
     Raises PlanConflictError when a different plan is already there.
     """
     output.mkdir(parents=True, exist_ok=True)
-    job = {**plan.to_job(), **(extra or {})}
+    job = plan.to_job(lustre)
     job_path = output / JOB_FILE
     if job_path.exists():
-        try:
-            old = orjson.loads(job_path.read_bytes())
-        except orjson.JSONDecodeError:
-            old = {}
-        if old.get("fingerprint") == job["fingerprint"]:
-            log.info("%s already holds this plan (%s); finished tasks will be skipped", output, job["fingerprint"][:12])
+        old = _existing_plan(job_path)
+        if old is not None and old.fingerprint == job.fingerprint:
+            log.info("%s already holds this plan (%s); finished tasks will be skipped", output, job.fingerprint[:12])
             return old
         if not overwrite:
+            why = _differences(old, job) if old is not None else ["its job.json is unreadable"]
             raise PlanConflictError(
-                f"{output} already holds a different plan: {'; '.join(_differences(old, job))}",
+                f"{output} already holds a different plan: {'; '.join(why)}",
                 hint="use a new --output, `submit --resume` to continue the existing plan, or --overwrite to start over",
             )
         log.warning("--overwrite: removing the previous plan and its shards from %s", output)
         clear_output(output)
     with atomic_writer(output / TOKENIZER_FILE) as f:
         f.write(plan.tokenizer.json.encode("utf-8"))
-    write_json_atomic(job_path, job)
+    write_json_atomic(job_path, job.to_dict())
     return job
 
 

@@ -7,51 +7,47 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import orjson
-
-from shardprep.errors import ConfigError, IncompleteError
+from shardprep.errors import ConfigError, RecordError
+from shardprep.job.schema import Job, Sidecar
+from shardprep.job.schema.fields import read_record
 from shardprep.shard.format import JOB_FILE, shard_name, sidecar_name
 
 log = logging.getLogger(__name__)
 
 
-def load_job(output: Path) -> dict:
+def load_job(output: Path) -> Job:
     """Read ``<output>/job.json``; a clear error when there is none (nothing planned there)."""
-    path = Path(output) / JOB_FILE
+    return read_record(Path(output) / JOB_FILE, Job.parse, hint="run `shardprep plan` or `submit` first")
+
+
+def check_task(output: Path, job: Job, task: int) -> tuple[Sidecar | None, str | None]:
+    """``(sidecar, None)`` when task ``task`` counts as done, else ``(sidecar or None, why not)``.
+
+    Done means: a sidecar that parses, names this plan's fingerprint, and a shard of the size it records.
+    An unreadable or malformed sidecar is not an error here: the task is simply redone.
+    """
+    path = Path(output) / sidecar_name(task)
     try:
-        return orjson.loads(path.read_bytes())
+        sidecar = Sidecar.parse(path.read_bytes(), path)
     except FileNotFoundError:
-        raise IncompleteError(f"{output} holds no {JOB_FILE}", hint="run `shardprep plan` or `submit` first") from None
-    except orjson.JSONDecodeError as e:
-        raise IncompleteError(f"{path} is not valid JSON ({e})") from None
-
-
-def read_sidecar(output: Path, task: int) -> dict | None:
-    try:
-        return orjson.loads((Path(output) / sidecar_name(task)).read_bytes())
-    except (FileNotFoundError, orjson.JSONDecodeError):
-        return None
-
-
-def sidecar_problem(output: Path, job: dict, task: int, sidecar: dict | None) -> str | None:
-    """Why task ``task`` does not count as done (None when it does)."""
-    if sidecar is None:
-        return "no sidecar"
-    if sidecar.get("plan_fingerprint") != job["fingerprint"]:
-        return "sidecar belongs to another plan"
+        return None, "no sidecar"
+    except RecordError as e:
+        return None, f"sidecar unreadable ({e})"
+    if sidecar.plan_fingerprint != job.fingerprint:
+        return sidecar, "sidecar belongs to another plan"
     try:
         size = (Path(output) / shard_name(task)).stat().st_size
     except FileNotFoundError:
-        return "shard file missing"
-    if size != sidecar.get("bytes"):
-        return f"shard size {size} != sidecar's {sidecar.get('bytes')}"
-    return None
+        return sidecar, "shard file missing"
+    if size != sidecar.bytes:
+        return sidecar, f"shard size {size} != sidecar's {sidecar.bytes}"
+    return sidecar, None
 
 
 @dataclass
 class JobState:
     n_tasks: int
-    done: dict[int, dict] = field(default_factory=dict)      # task -> sidecar
+    done: dict[int, Sidecar] = field(default_factory=dict)   # task -> sidecar
     problems: dict[int, str] = field(default_factory=dict)   # task -> why not done
 
     @property
@@ -63,20 +59,20 @@ class JobState:
         return not self.problems
 
     def totals(self) -> dict[str, int]:
-        keys = ("documents", "tokens", "bytes", "samples")
-        out = {k: sum(int(s.get(k, 0)) for s in self.done.values()) for k in keys}
-        out["skipped"] = sum(sum(s.get("skipped", {}).values()) for s in self.done.values())
-        return out
+        done = self.done.values()
+        return {"documents": sum(s.documents for s in done), "tokens": sum(s.tokens for s in done),
+                "bytes": sum(s.bytes for s in done), "samples": sum(s.samples for s in done),
+                "skipped": sum(s.skipped_total for s in done)}
 
 
-def job_state(output: Path, job: dict | None = None) -> JobState:
+def job_state(output: Path, job: Job | None = None) -> JobState:
+    """Done and missing tasks from the sidecars: one read per sidecar, job.json read at most once."""
     job = job if job is not None else load_job(output)
-    state = JobState(len(job["tasks"]))
+    state = JobState(job.n_tasks)
     for t in range(state.n_tasks):
-        sc = read_sidecar(output, t)
-        problem = sidecar_problem(output, job, t, sc)
+        sidecar, problem = check_task(output, job, t)
         if problem is None:
-            state.done[t] = sc  # type: ignore[assignment]
+            state.done[t] = sidecar  # type: ignore[assignment]
         else:
             state.problems[t] = problem
     return state

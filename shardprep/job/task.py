@@ -20,13 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from shardprep import __version__
 from shardprep.job.options import TokenizeOptions
 from shardprep.errors import InputDataError, Preempted, TokenizerError
 from shardprep.storage.atomic import remove_stale_temps, write_json_atomic
-from shardprep.inputs.discover import InputFile
-from shardprep.inputs.readers import SkipLog, WorkItem, iter_documents
-from shardprep.job.state import load_job, read_sidecar, sidecar_problem
+from shardprep.inputs.readers import SkipLog, iter_documents
+from shardprep.job.schema import CREATED_BY, Job, Sidecar, Task
+from shardprep.job.state import check_task, load_job
 from shardprep.job.resources import peak_rss_bytes, set_tokenizer_threads, usable_cpus
 from shardprep.shard.format import FORMAT_VERSION, LOG_DIR, TOKENIZER_FILE, shard_name, sidecar_name
 from shardprep.shard.writer import ShardWriter
@@ -49,7 +48,7 @@ class TaskResult:
     skipped_existing: bool
     documents: int
     tokens: int
-    sidecar: dict
+    sidecar: Sidecar
 
 
 class StopFlag:
@@ -73,9 +72,9 @@ def _install_stop_handlers(stop: StopFlag) -> dict:
     return {s: signal.signal(s, stop.set) for s in (signal.SIGUSR1, signal.SIGTERM)}
 
 
-def _check_inputs_unchanged(inputs: list[InputFile], items: list[WorkItem]) -> None:
-    for item in items:
-        inp = inputs[item.input]
+def _check_inputs_unchanged(task: Task) -> None:
+    for item in task.items:
+        inp = item.input
         try:
             st = os.stat(inp.path)
         except OSError as e:
@@ -93,13 +92,12 @@ class BatchLimits:
     docs: int = BATCH_DOCS
 
 
-def _batches(inputs: list[InputFile], items: list[WorkItem], opts: TokenizeOptions,
-             skips: SkipLog, limits: BatchLimits) -> Iterator[list[str]]:
+def _batches(task: Task, opts: TokenizeOptions, skips: SkipLog, limits: BatchLimits) -> Iterator[list[str]]:
     batch: list[str] = []
     append = batch.append
     size = 0
-    for item in items:
-        for text in iter_documents(inputs[item.input], item, opts, skips):
+    for item in task.items:
+        for text in iter_documents(item.input, item.work, opts, skips):
             append(text)
             size += len(text)
             if size >= limits.chars or len(batch) >= limits.docs:
@@ -124,12 +122,12 @@ def run_task(output: Path, task: int, *, progress: ProgressFn | None = None,
     """Run task ``task`` of the plan in ``output``.  Idempotent: a finished task is not redone."""
     output = Path(output)
     job = load_job(output)
-    if not 0 <= task < len(job["tasks"]):
-        raise InputDataError(f"task {task} does not exist: the plan in {output} has {len(job['tasks'])} tasks")
-    existing = read_sidecar(output, task)
-    if sidecar_problem(output, job, task, existing) is None:
+    if not 0 <= task < job.n_tasks:
+        raise InputDataError(f"task {task} does not exist: the plan in {output} has {job.n_tasks} tasks")
+    existing, problem = check_task(output, job, task)
+    if existing is not None and problem is None:
         log.info("task %d already done (%s); skipping", task, shard_name(task))
-        return TaskResult(task, True, existing["documents"], existing["tokens"], existing)  # type: ignore[index]
+        return TaskResult(task, True, existing.documents, existing.tokens, existing)
 
     handler = _attach_task_log(output, task)
     stop = StopFlag()
@@ -146,15 +144,14 @@ def run_task(output: Path, task: int, *, progress: ProgressFn | None = None,
         handler.close()
 
 
-def _run(output: Path, job: dict, task: int, stop: StopFlag, progress: ProgressFn | None,
+def _run(output: Path, job: Job, task: int, stop: StopFlag, progress: ProgressFn | None,
          threads: int | None) -> TaskResult:
     started = time.perf_counter()
-    opts = TokenizeOptions.from_dict(job["options"])
-    tok_info = job["tokenizer"]
-    inputs = [InputFile.from_dict(d) for d in job["inputs"]]
-    items = [WorkItem.from_dict(d) for d in job["tasks"][task]]
-    log.info("task %d: %s", task, ", ".join(f"{inputs[i.input].path}[{i.start}:{i.end}]" for i in items))
-    _check_inputs_unchanged(inputs, items)
+    opts = job.options
+    tok_info = job.tokenizer
+    work = job.task(task)
+    log.info("task %d: %s", task, ", ".join(i.describe() for i in work.items))
+    _check_inputs_unchanged(work)
 
     # A previous run of this task may have left a temporary file or an unconfirmed final shard.
     remove_stale_temps(output, shard_name(task))
@@ -166,19 +163,19 @@ def _run(output: Path, job: dict, task: int, stop: StopFlag, progress: ProgressF
         tok_json = (output / TOKENIZER_FILE).read_text(encoding="utf-8")
     except OSError as e:
         raise TokenizerError(f"{output / TOKENIZER_FILE} is not readable: {e.strerror}") from None
-    check_frozen_tokenizer(tok_json, tok_info, output / TOKENIZER_FILE)
+    check_frozen_tokenizer(tok_json, tok_info.to_dict(), output / TOKENIZER_FILE)
     n_threads = threads or usable_cpus()
     set_tokenizer_threads(n_threads)
-    bos = tok_info["bos_id"] if opts.add_bos else None
-    eos = tok_info["eos_id"] if opts.add_eos else None
+    bos = tok_info.bos_id if opts.add_bos else None
+    eos = tok_info.eos_id if opts.add_eos else None
 
     skips = SkipLog(strict=opts.strict)
-    writer = ShardWriter(output / shard_name(task), task=task, layout=opts.layout, dtype=tok_info["dtype"],
+    writer = ShardWriter(output / shard_name(task), task=task, layout=opts.layout, dtype=tok_info.dtype,
                          chunk_tokens=opts.chunk_tokens)
     backend = backend_info = None
     limits = BatchLimits()
     with writer:
-        for batch in _batches(inputs, items, opts, skips, limits):
+        for batch in _batches(work, opts, skips, limits):
             if backend is None:  # chosen on the task's own first batch (auto verifies against hf on it)
                 backend, backend_info = select_backend(opts.backend, tok_json,
                                                        allow_special_tokens=opts.allow_special_tokens,
@@ -199,27 +196,14 @@ def _run(output: Path, job: dict, task: int, stop: StopFlag, progress: ProgressF
     elapsed = time.perf_counter() - started
     if result.documents == 0:
         log.warning("task %d produced no documents (skipped: %s)", task, skips.counts)
-    sidecar = {
-        "format_version": FORMAT_VERSION,
-        "created_by": f"shardprep {__version__}",
-        "task": task,
-        "shard": shard_name(task),
-        "plan_fingerprint": job["fingerprint"],
-        "tokenizer_fingerprint": tok_info["fingerprint"],
-        "layout": opts.layout,
-        "dtype": tok_info["dtype"],
-        "bytes": result.bytes,
-        "sha256": result.sha256,
-        "samples": result.samples,
-        "documents": result.documents,
-        "tokens": result.tokens,
-        "chunks": result.chunks.as_dict(),
-        "skipped": skips.counts,
-        "skipped_examples": skips.examples,
-        "inputs": [{"path": inputs[i.input].path, **{k: v for k, v in i.to_dict().items() if k != "input"}}
-                   for i in items],
-        "backend": backend_info or {"name": None, "requested": opts.backend, "check": None},
-        "stats": {
+    sidecar = Sidecar(
+        format_version=FORMAT_VERSION, created_by=CREATED_BY, task=task, shard=shard_name(task),
+        plan_fingerprint=job.fingerprint, tokenizer_fingerprint=tok_info.fingerprint, layout=opts.layout,
+        dtype=tok_info.dtype, bytes=result.bytes, sha256=result.sha256, samples=result.samples,
+        documents=result.documents, tokens=result.tokens, chunks=result.chunks, skipped=skips.counts,
+        skipped_examples=tuple(skips.examples), inputs=tuple(i.sidecar_input() for i in work.items),
+        backend=backend_info or {"name": None, "requested": opts.backend, "check": None},
+        stats={
             "elapsed_s": round(elapsed, 3),
             "tokens_per_s": round(result.tokens / elapsed, 1) if elapsed > 0 else None,
             "threads": n_threads,
@@ -227,8 +211,8 @@ def _run(output: Path, job: dict, task: int, stop: StopFlag, progress: ProgressF
             "host": os.uname().nodename,
             "slurm_job": os.environ.get("SLURM_JOB_ID"),
         },
-    }
-    write_json_atomic(output / sidecar_name(task), sidecar)
+    )
+    write_json_atomic(output / sidecar_name(task), sidecar.to_dict())
     log.info("task %d done: %d documents, %d tokens, %d bytes, %d skipped, %.1fs", task, result.documents,
              result.tokens, result.bytes, skips.total, elapsed)
     return TaskResult(task, False, result.documents, result.tokens, sidecar)

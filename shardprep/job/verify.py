@@ -11,12 +11,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-import orjson
-
-from shardprep.errors import IncompleteError
-from shardprep.storage.atomic import sha256_file
-from shardprep.shard.format import INDEX_FILE
+from shardprep.errors import RecordError
+from shardprep.job.finalize import read_index
+from shardprep.job.schema import ChunkTable, IndexShard, Sidecar
 from shardprep.shard.reader import walk_tar
+from shardprep.storage.atomic import sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -27,60 +26,62 @@ class ShardCheck:
     problems: list[str]
 
 
-def check_shard(output: Path, entry: dict, vocab_size: int) -> ShardCheck:
+def check_shard(output: Path, entry: IndexShard, vocab_size: int) -> ShardCheck:
     """All problems of one shard (empty list: good)."""
-    path = output / entry["name"]
+    path = output / entry.name
     problems: list[str] = []
     if not path.is_file():
-        return ShardCheck(entry["name"], ["missing"])
+        return ShardCheck(entry.name, ["missing"])
     size = path.stat().st_size
-    if size != entry["bytes"]:
-        problems.append(f"size {size} != index {entry['bytes']}")
-    digest = sha256_file(path)
-    if digest != entry["sha256"]:
+    if size != entry.bytes:
+        problems.append(f"size {size} != index {entry.bytes}")
+    if sha256_file(path) != entry.sha256:
         problems.append("sha256 differs from index")
+    sidecar_path = output / entry.sidecar
     try:
-        sidecar = orjson.loads((output / entry["sidecar"]).read_bytes())
-    except (OSError, orjson.JSONDecodeError) as e:
-        return ShardCheck(entry["name"], problems + [f"sidecar unreadable: {e}"])
-    table = sidecar["chunks"]
-    docs = tokens = 0
+        table = Sidecar.parse(sidecar_path.read_bytes(), sidecar_path).chunks
+    except (OSError, RecordError) as e:
+        return ShardCheck(entry.name, problems + [f"sidecar unreadable: {e}"])
     try:
-        for i, sample in enumerate(walk_tar(path)):
-            if i >= len(table["key"]):
-                problems.append(f"sample {sample.key} not in the sidecar")
-                break
-            if sample.key != table["key"][i] or sample.tokens_offset != table["tokens_offset"][i]:
-                problems.append(f"sample {i} ({sample.key}) does not match the sidecar's chunk table")
-            if sample.tokens is None or sample.tokens.size != table["tokens"][i]:
-                problems.append(f"sample {sample.key}: token count differs from the sidecar")
-                continue
-            lens = sample.lengths
-            if int(lens.sum()) != sample.tokens.size or lens.size != table["docs"][i]:
-                problems.append(f"sample {sample.key}: document lengths do not add up")
-            if sample.tokens.size and int(sample.tokens.max()) >= vocab_size:
-                problems.append(f"sample {sample.key}: token id {int(sample.tokens.max())} >= vocab size {vocab_size}")
-            docs += int(lens.size)
-            tokens += int(sample.tokens.size)
+        docs, tokens = _check_samples(path, table, vocab_size, problems)
     except Exception as e:  # tarfile raises several types on truncated or corrupt archives
         problems.append(f"cannot parse: {e}")
     else:
-        if docs != entry["documents"] or tokens != entry["tokens"]:
-            problems.append(f"counts {docs} docs/{tokens} tokens != index {entry['documents']}/{entry['tokens']}")
-    return ShardCheck(entry["name"], problems)
+        if docs != entry.documents or tokens != entry.tokens:
+            problems.append(f"counts {docs} docs/{tokens} tokens != index {entry.documents}/{entry.tokens}")
+    return ShardCheck(entry.name, problems)
+
+
+def _check_samples(path: Path, table: ChunkTable, vocab_size: int, problems: list[str]) -> tuple[int, int]:
+    """Walk the tar against the chunk table, appending problems; return the documents and tokens seen."""
+    docs = tokens = 0
+    for i, sample in enumerate(walk_tar(path)):
+        if i >= len(table):
+            problems.append(f"sample {sample.key} not in the sidecar")
+            break
+        if sample.key != table.key[i] or sample.tokens_offset != table.tokens_offset[i]:
+            problems.append(f"sample {i} ({sample.key}) does not match the sidecar's chunk table")
+        if sample.tokens is None or sample.tokens.size != table.tokens[i]:
+            problems.append(f"sample {sample.key}: token count differs from the sidecar")
+            continue
+        lens = sample.lengths
+        if int(lens.sum()) != sample.tokens.size or lens.size != table.docs[i]:
+            problems.append(f"sample {sample.key}: document lengths do not add up")
+        if sample.tokens.size and int(sample.tokens.max()) >= vocab_size:
+            problems.append(f"sample {sample.key}: token id {int(sample.tokens.max())} >= vocab size {vocab_size}")
+        docs += int(lens.size)
+        tokens += int(sample.tokens.size)
+    return docs, tokens
 
 
 def verify(output: Path, *, workers: int = 4) -> list[ShardCheck]:
     """Check every shard listed in index.json; return the bad ones (empty list: all good)."""
     output = Path(output)
-    try:
-        index = orjson.loads((output / INDEX_FILE).read_bytes())
-    except FileNotFoundError:
-        raise IncompleteError(f"{output} has no {INDEX_FILE}", hint="run `shardprep finalize` first") from None
-    vocab = index["tokenizer"]["vocab_size"]
+    index = read_index(output)
+    vocab = index.tokenizer.vocab_size
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        checks = list(pool.map(lambda e: check_shard(output, e, vocab), index["shards"]))
-    listed = {e["name"] for e in index["shards"]}
+        checks = list(pool.map(lambda e: check_shard(output, e, vocab), index.shards))
+    listed = {e.name for e in index.shards}
     extra = sorted(p.name for p in output.glob("shard-*.tar") if p.name not in listed)
     if extra:
         log.warning("shards not listed in the index (ignored): %s", ", ".join(extra[:5]))
