@@ -53,7 +53,7 @@ def plan_job(inputs: Sequence[str | Path], output: str | Path, tokenizer: str | 
         if fresh:
             lustre = prepare_dir(output)
     job = write_plan(output, plan, overwrite=overwrite, lustre=lustre)
-    log.info("planned %d input(s) into %d task(s) in %s", len(found), len(plan.tasks), output)
+    log.info("planned %d input(s) into %d task(s) in %s", len(found), job.n_tasks, output)
     return plan, job
 
 

@@ -37,6 +37,20 @@ def shard_documents(output: Path) -> list[list[int]]:
     return docs
 
 
+def plan_tasks(output: Path):
+    """The frozen plan's tasks (``job.schema.Task``), read through the task table like a task reads them."""
+    from shardprep.job.plan_files import TaskTable
+    from shardprep.job.state import load_job
+
+    with TaskTable(output, load_job(output)) as table:
+        return list(table)
+
+
+def plan_inputs(output: Path):
+    """The plan's distinct inputs (``InputFile``) in plan order."""
+    return list({it.input.path: it.input for task in plan_tasks(output) for it in task.items}.values())
+
+
 def reference_ids(tokenizer: Path, texts: list[str], eos: int | None) -> list[list[int]]:
     """Each document tokenized independently with plain ``tokenizers`` (special strings as text)."""
     from tokenizers import Tokenizer

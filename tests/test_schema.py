@@ -130,3 +130,35 @@ def test_chunk_table_round_trips_and_indexes(rows):
     if rows:
         assert int(table.tokens_array.sum()) == sum(r[2] for r in rows)
         assert table.doc_start.tolist() == [sum(r[3] for r in rows[:i]) for i in range(len(rows))]
+
+
+_item = st.tuples(st.sampled_from(["/data/a", "/data/a/sub", "/elsewhere", "/"]), st.text(min_size=1, max_size=8).filter(
+    lambda s: "/" not in s and "\x00" not in s), st.sampled_from([("txt", None), ("jsonl", "zst"), ("parquet", None)]),
+    st.integers(0, 1 << 40), st.integers(-(1 << 62), 1 << 62), st.integers(0, 1000), st.one_of(st.none(), st.integers(0, 1000)),
+    st.one_of(st.none(), st.integers(1, 10)))
+
+
+@given(items=st.lists(_item, min_size=1, max_size=6), root=st.sampled_from(["/data/a", "/", "/data"]))
+def test_task_records_round_trip(items, root):
+    from shardprep.inputs.discover import InputFile
+    from shardprep.inputs.readers import WorkItem
+    from shardprep.job.schema import Task, TaskItem, decode_task, encode_task
+
+    task = Task(3, tuple(
+        TaskItem(InputFile(f"{d.rstrip('/')}/{name}", size, mtime, fmt, comp, 9 if fmt == "parquet" else None),
+                 WorkItem(k, start, end, "rows" if fmt == "parquet" else "bytes", first))
+        for k, (d, name, (fmt, comp), size, mtime, start, end, first) in enumerate(items)))
+    line = encode_task(task.items, root)
+    assert line.endswith(b"\n") and line.count(b"\n") == 1
+    assert decode_task(line, 3, root, "plan/tasks.jsonl") == task
+
+
+def test_task_record_errors_name_the_task_and_field():
+    from shardprep.job.schema import decode_task
+
+    with pytest.raises(RecordError, match=r"tasks.jsonl: field 'tasks\[4\]\[0\].size': expected an integer"):
+        decode_task(b'[[0,"a.txt","12",5,"txt"]]\n', 4, "/d", "plan/tasks.jsonl")
+    with pytest.raises(RecordError, match=r"field 'tasks\[4\]\[0\].format': expected one of"):
+        decode_task(b'[[0,"a.txt",12,5,"csv"]]\n', 4, "/d", "plan/tasks.jsonl")
+    with pytest.raises(RecordError, match=r"task 4: expected a non-empty list"):
+        decode_task(b'[]\n', 4, "/d", "plan/tasks.jsonl")

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardprep.job.options import PlanOptions, TokenizeOptions
-from shardprep.inputs.discover import discover_inputs
+from shardprep.inputs.discover import InputFile, discover_inputs
 from shardprep.inputs.readers import SkipLog, WorkItem, iter_documents
 from shardprep.job.state import format_array_ranges, parse_array_ranges
 from shardprep.job.plan import split_into_tasks
@@ -51,6 +51,39 @@ def test_small_files_pack_by_bytes(tmp_path):
     assert [[w.input for w in t] for t in tasks] == [[0, 1, 2], [3], [4, 5]]
     one_each = split_into_tasks(discover_inputs([str(tmp_path)]), PlanOptions(None), TokenizeOptions())
     assert [[w.input for w in t] for t in one_each] == [[i] for i in range(6)]
+
+
+_inputs = st.lists(st.tuples(st.sampled_from(["txt", "jsonl", "parquet"]), st.sampled_from([None, "gz"]),
+                             st.integers(0, 10_000), st.integers(0, 1 << 62)), min_size=1, max_size=12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(specs=_inputs, target=st.one_of(st.none(), st.integers(10_000, 40_000)), add_bos=st.booleans(),
+       backend=st.sampled_from(["auto", "hf"]))
+def test_streamed_fingerprint_is_the_whole_body_hash(specs, target, add_bos, backend):
+    """The plan fingerprint, streamed task by task (issue 16), equals the hash of the whole canonical body
+    job.json used to hold, so the same plan keeps its fingerprint across the layout change."""
+    import hashlib
+
+    import orjson
+
+    from shardprep.job.plan import Fingerprint, Plan
+    from shardprep.tokenizer.load import ResolvedTokenizer, TokenizerInfo
+
+    inputs = [InputFile(f"/data/d{k % 3}/f{k:03d}.{fmt}" + (f".{comp}" if comp else ""), size, mtime, fmt,
+                        None if fmt == "parquet" else comp, 7 if fmt == "parquet" else None)
+              for k, (fmt, comp, size, mtime) in enumerate(specs)]
+    info = TokenizerInfo("tok.json", "f" * 64, 50257, "uint16", "<|endoftext|>", 50256, None, None, None, None)
+    opts = TokenizeOptions(add_bos=add_bos, bos_token="<s>" if add_bos else None, backend=backend)
+    plan = Plan(inputs, ResolvedTokenizer("{}", info), opts, PlanOptions(target))   # no split: target >= sizes
+    streamed = Fingerprint(plan)
+    tasks = list(plan.iter_tasks())
+    streamed.add(tasks[:1])           # fed in batches of any size
+    streamed.add([])
+    streamed.add(tasks[1:])
+    body = {"format_version": 1, "inputs": [i.to_dict() for i in inputs], "tasks": [[w.to_dict() for w in t] for t in tasks],
+            "tokenizer": {k: v for k, v in info.to_dict().items() if k != "source"}, "options": opts.content_dict()}
+    assert streamed.hexdigest() == hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
 @given(st.sets(st.integers(0, 300), max_size=40))

@@ -37,7 +37,7 @@ def build_index(output: Path) -> Index:
             raise IncompleteError(f"{sc.shard}: written with another tokenizer or format version")
         shards.append(IndexShard(sc.shard, sc.shard.removesuffix(".tar") + ".json", sc.bytes, sc.sha256, sc.samples,
                                  sc.documents, sc.tokens))
-        for reason, n in sc.skipped.items():
+        for reason, n in sc.skipped:
             skipped[reason] = skipped.get(reason, 0) + n
     totals = state.totals()
     if totals["documents"] == 0:

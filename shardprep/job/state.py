@@ -4,11 +4,13 @@ task.  Status, resume, finalize and the Slurm view all read it from here (never 
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from shardprep.errors import ConfigError, RecordError
 from shardprep.job.schema import Job, Sidecar
+from shardprep.job.schema.sidecar import SidecarSummary
 from shardprep.job.schema.fields import read_record
 from shardprep.shard.format import JOB_FILE, shard_name, sidecar_name
 
@@ -20,15 +22,21 @@ def load_job(output: Path) -> Job:
     return read_record(Path(output) / JOB_FILE, Job.parse, hint="run `shardprep plan` or `submit` first")
 
 
-def check_task(output: Path, job: Job, task: int) -> tuple[Sidecar | None, str | None]:
+def check_task(output: Path, job: Job, task: int, *,
+               listing: set[str] | None = None) -> tuple[Sidecar | None, str | None]:
     """``(sidecar, None)`` when task ``task`` counts as done, else ``(sidecar or None, why not)``.
 
     Done means: a sidecar that parses, names this plan's fingerprint, and a shard of the size it records.
-    An unreadable or malformed sidecar is not an error here: the task is simply redone.
+    An unreadable or malformed sidecar is not an error here: the task is simply redone.  ``listing``
+    (the output directory's names, listed once) spares a failing open per task that has no sidecar.
     """
-    path = Path(output) / sidecar_name(task)
+    name = sidecar_name(task)
+    if listing is not None and name not in listing:
+        return None, "no sidecar"
+    path = os.path.join(output, name)
     try:
-        sidecar = Sidecar.parse(path.read_bytes(), path)
+        with open(path, "rb") as f:
+            sidecar = Sidecar.parse(f.read(), path)
     except FileNotFoundError:
         return None, "no sidecar"
     except RecordError as e:
@@ -36,7 +44,7 @@ def check_task(output: Path, job: Job, task: int) -> tuple[Sidecar | None, str |
     if sidecar.plan_fingerprint != job.fingerprint:
         return sidecar, "sidecar belongs to another plan"
     try:
-        size = (Path(output) / shard_name(task)).stat().st_size
+        size = os.stat(os.path.join(output, shard_name(task))).st_size
     except FileNotFoundError:
         return sidecar, "shard file missing"
     if size != sidecar.bytes:
@@ -47,7 +55,7 @@ def check_task(output: Path, job: Job, task: int) -> tuple[Sidecar | None, str |
 @dataclass
 class JobState:
     n_tasks: int
-    done: dict[int, Sidecar] = field(default_factory=dict)   # task -> sidecar
+    done: dict[int, SidecarSummary] = field(default_factory=dict)   # task -> what its sidecar says
     problems: dict[int, str] = field(default_factory=dict)   # task -> why not done
 
     @property
@@ -66,13 +74,15 @@ class JobState:
 
 
 def job_state(output: Path, job: Job | None = None) -> JobState:
-    """Done and missing tasks from the sidecars: one read per sidecar, job.json read at most once."""
+    """Done and missing tasks from the sidecars: one directory listing, one read per existing sidecar,
+    job.json read at most once (linear in the number of tasks)."""
     job = job if job is not None else load_job(output)
     state = JobState(job.n_tasks)
+    listing = set(os.listdir(output))
     for t in range(state.n_tasks):
-        sidecar, problem = check_task(output, job, t)
+        sidecar, problem = check_task(output, job, t, listing=listing)
         if problem is None:
-            state.done[t] = sidecar  # type: ignore[assignment]
+            state.done[t] = sidecar.summary()  # type: ignore[union-attr]
         else:
             state.problems[t] = problem
     return state

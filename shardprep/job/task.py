@@ -25,6 +25,7 @@ from shardprep.job.options import TokenizeOptions
 from shardprep.errors import InputDataError, Preempted, TokenizerError
 from shardprep.storage.atomic import remove_stale_temps, write_json_atomic
 from shardprep.inputs.readers import SkipLog, iter_documents
+from shardprep.job.plan_files import read_task
 from shardprep.job.schema import CREATED_BY, Job, Sidecar, Task, TaskItem
 from shardprep.job.state import check_task, load_job
 from shardprep.job.resources import peak_rss_bytes, set_tokenizer_threads, usable_cpus
@@ -109,12 +110,18 @@ def _batches(task: Task, opts: TokenizeOptions, skips: SkipLog, limits: BatchLim
         yield batch
 
 
+def _log_path(output: Path, task: int) -> Path:
+    return output / LOG_DIR / f"task-{task:05d}.log"
+
+
 @contextlib.contextmanager
 def _task_log(output: Path, task: int) -> Iterator[None]:
     """Log the task to ``logs/task-NNNNN.log`` at INFO; afterwards the ``shardprep`` logger is as it was
-    (an in-process caller, e.g. the local executor's worker or a test, keeps its own level and handlers)."""
+    (an in-process caller, e.g. the local executor's worker or a test, keeps its own level and handlers).
+    The file is opened before the task writes anything: its existence tells later attempts that an
+    earlier one may have left temporary files (see ``_remove_stale``)."""
     (output / LOG_DIR).mkdir(exist_ok=True)
-    handler = logging.FileHandler(output / LOG_DIR / f"task-{task:05d}.log")
+    handler = logging.FileHandler(_log_path(output, task))
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logger = logging.getLogger("shardprep")
     previous = logger.level
@@ -151,9 +158,10 @@ def run_task(output: Path, task: int, *, progress: ProgressFn | None = None,
     if existing is not None and problem is None:
         log.info("task %d already done (%s); skipping", task, shard_name(task))
         return TaskResult(task, True, existing.documents, existing.tokens, existing)
+    attempted = _log_path(output, task).exists()
     with _task_log(output, task), _stop_on_signals() as stop:
         try:
-            return _run(output, job, task, stop, progress, threads)
+            return _run(output, job, task, stop, progress, threads, attempted)
         except Exception as e:
             log.error("task %d failed: %s", task, e)
             raise
@@ -172,9 +180,9 @@ class _Context:
 
 
 def _run(output: Path, job: Job, task: int, stop: StopFlag, progress: ProgressFn | None,
-         threads: int | None) -> TaskResult:
+         threads: int | None, attempted: bool) -> TaskResult:
     ctx = _load(output, job, task, threads)
-    _remove_stale(output, task)
+    _remove_stale(output, task, attempted)
     with ShardWriter(output / shard_name(task), task=task, layout=job.options.layout, dtype=job.tokenizer.dtype,
                      chunk_tokens=job.options.chunk_tokens) as writer:
         skips, backend_info = _tokenize(ctx, writer, stop, progress)
@@ -192,7 +200,7 @@ def _run(output: Path, job: Job, task: int, stop: StopFlag, progress: ProgressFn
 def _load(output: Path, job: Job, task: int, threads: int | None) -> _Context:
     """Step 1: the task's work from the frozen plan, its inputs unchanged, the frozen tokenizer intact."""
     started = time.perf_counter()
-    work = job.task(task)
+    work = read_task(output, job, task)
     log.info("task %d: %s", task, ", ".join(i.describe() for i in work.items))
     _check_inputs_unchanged(work)
     path = output / TOKENIZER_FILE
@@ -206,10 +214,16 @@ def _load(output: Path, job: Job, task: int, threads: int | None) -> _Context:
     return _Context(output, job, work, tok_json, n_threads, started)
 
 
-def _remove_stale(output: Path, task: int) -> None:
-    """Step 2: a previous run of this task may have left temporary files or an unconfirmed final shard."""
-    remove_stale_temps(output, shard_name(task))
-    remove_stale_temps(output, sidecar_name(task))
+def _remove_stale(output: Path, task: int, attempted: bool) -> None:
+    """Step 2: a previous run of this task may have left temporary files or an unconfirmed final shard.
+
+    Finding temporaries means listing the output directory (their names carry the dead attempt's host
+    and pid), which holds two files per finished task: that listing would make every task's cost grow
+    with the job (issue 16).  Only an attempt that found an earlier attempt's log pays for it.
+    """
+    if attempted:
+        remove_stale_temps(output, shard_name(task))
+        remove_stale_temps(output, sidecar_name(task))
     for stale in (output / sidecar_name(task), output / shard_name(task)):
         stale.unlink(missing_ok=True)
 

@@ -159,20 +159,22 @@ def _finalize_from_files(output: Path, fin: dict) -> str:
 
 def estimate_eta(output: Path, state: JobState, view: SlurmView) -> tuple[float | None, str]:
     """Seconds until the not-done tasks finish, from finished tasks' tokens/s and tokens per input byte."""
+    from shardprep.job.plan_files import TaskTable
     from shardprep.job.state import load_job
 
     done = [sc for sc in state.done.values() if sc.elapsed_s]
     remaining = [t for t, v in view.tasks.items() if v.state in ("running", "pending")]
     if not done or not remaining:
         return None, ""
-    job = load_job(output)
+    with TaskTable(output, load_job(output)) as table:      # one pass over the plan's records
+        task_bytes = [task.input_bytes for task in table]
     tokens = sum(sc.tokens for sc in done)
     seconds = sum(sc.elapsed_s or 0.0 for sc in done)
-    in_bytes = sum(job.task(sc.task).input_bytes for sc in done)
+    in_bytes = sum(task_bytes[sc.task] for sc in done)
     if tokens <= 0 or seconds <= 0 or in_bytes <= 0:
         return None, ""
     rate = tokens / seconds                                        # tokens/s of one task
-    left = sum(job.task(t).input_bytes for t in remaining) * tokens / in_bytes
+    left = sum(task_bytes[t] for t in remaining) * tokens / in_bytes
     parallel = max(1, len(view.ids("running")))
     basis = f"{rate / 1e6:.2f} Mtok/s per task x {parallel} running, ~{left / 1e6:.1f}M tokens left"
     return left / (rate * parallel), basis

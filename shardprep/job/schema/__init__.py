@@ -6,18 +6,21 @@ back the same bytes (key order included).
 
 | record | class | module |
 |---|---|---|
-| ``job.json`` | ``Job`` (+ ``InputRecord`` = ``InputFile``, ``WorkItem``, ``TokenizerRecord`` = ``TokenizerInfo``, ``TokenizeOptions``, ``PlanOptions``) | ``schema.job`` |
-| one task's work | ``Task`` (its ``TaskItem``: input + work item) | ``schema.job`` |
+| ``job.json`` | ``Job`` (+ ``PlanSummary``, ``PlanFiles``, ``TokenizerRecord`` = ``TokenizerInfo``, ``TokenizeOptions``, ``PlanOptions``) | ``schema.job`` |
+| one task's line of ``plan/tasks.jsonl`` | ``Task`` (its ``TaskItem``: ``InputRecord`` = ``InputFile`` + ``WorkItem``); ``encode_task``/``decode_task`` | ``schema.job`` |
+| ``plan/tasks.idx`` (offsets and digests) | ``TaskTable`` (reader), ``TaskTableWriter`` | ``job.plan_files`` |
 | ``shard-NNNNN.json`` | ``Sidecar`` (+ ``ChunkTable``, ``Chunk``, ``SidecarInput``) | ``schema.sidecar`` |
 | ``index.json`` | ``Index`` (+ ``IndexShard``, ``IndexTokenizer``, ``IndexTotals``) | ``schema.index`` |
 """
 
 from shardprep.job.schema.fields import Fields, load_json, record
 from shardprep.job.schema.index import Index, IndexShard, IndexTokenizer, IndexTotals
-from shardprep.job.schema.job import CREATED_BY, InputRecord, Job, Task, TaskItem, TokenizerRecord
+from shardprep.job.schema.job import (CREATED_BY, InputRecord, Job, PlanFiles, PlanSummary, Task, TaskItem,
+                                      TokenizerRecord, decode_task, encode_task)
 from shardprep.job.schema.sidecar import Chunk, ChunkTable, Sidecar, SidecarInput
 
 __all__ = [
     "CREATED_BY", "Chunk", "ChunkTable", "Fields", "Index", "IndexShard", "IndexTokenizer", "IndexTotals",
-    "InputRecord", "Job", "Sidecar", "SidecarInput", "Task", "TaskItem", "TokenizerRecord", "load_json", "record",
+    "InputRecord", "Job", "PlanFiles", "PlanSummary", "Sidecar", "SidecarInput", "Task", "TaskItem", "TokenizerRecord",
+    "decode_task", "encode_task", "load_json", "record",
 ]

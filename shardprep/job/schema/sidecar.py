@@ -105,6 +105,31 @@ class SidecarInput:
     first_line: int | None
 
 
+@dataclass(frozen=True, slots=True)
+class SidecarSummary:
+    """What ``status``, ``finalize`` and the Slurm view keep of a finished task's sidecar.
+
+    A parsed sidecar with its chunk table is a few KB of Python objects: held for every task of a
+    million-task job it would not fit, and the garbage collector would rescan it all again and again.
+    """
+
+    task: int
+    shard: str
+    format_version: int
+    tokenizer_fingerprint: str
+    bytes: int
+    sha256: str
+    samples: int
+    documents: int
+    tokens: int
+    skipped: tuple[tuple[str, int], ...]
+    elapsed_s: float | None
+
+    @property
+    def skipped_total(self) -> int:
+        return sum(n for _, n in self.skipped)
+
+
 @dataclass(frozen=True)
 class Sidecar:
     """What a finished task wrote about its shard; the shard counts as done only with this file."""
@@ -137,6 +162,11 @@ class Sidecar:
     def elapsed_s(self) -> float | None:
         v = self.stats.get("elapsed_s")
         return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+    def summary(self) -> SidecarSummary:
+        return SidecarSummary(self.task, self.shard, self.format_version, self.tokenizer_fingerprint, self.bytes,
+                              self.sha256, self.samples, self.documents, self.tokens, tuple(self.skipped.items()),
+                              self.elapsed_s)
 
     def to_dict(self) -> dict[str, Any]:
         return {
