@@ -21,7 +21,8 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
+# beside the repository (/work/main -> /work/shared) or beside a worktree's parent (/work/wt/x -> /work/shared)
+SHARED = next((p for p in (REPO.parent / "shared", REPO.parent.parent / "shared") if p.is_dir()), REPO.parent / "shared")
 GPT2 = SHARED / "tokenizers" / "gpt2" / "tokenizer.json"
 ENGLISH_SOURCES = ("wikitext2_valid.txt", "wikitext2_test.txt", "tinyshakespeare.txt")
 MB = 1 << 20
