@@ -342,12 +342,12 @@ def test_status_without_slurm_answers_reads_failures_from_the_logs(tmp_path, sam
 def test_resume_keeps_recorded_options_unless_given_again():
     import argparse
 
-    from shardprep.executor.slurm.options import add_slurm_arguments, slurm_options_from_args
+    from shardprep.cli.args import add_slurm_arguments, slurm_options_from_args
 
     p = argparse.ArgumentParser()
     add_slurm_arguments(p)
     recorded = SlurmOptions(partition="cpu", time="02:00:00", cpus_per_task=8, max_parallel=64).to_dict()
-    opts = slurm_options_from_args(p.parse_args(["--partition", "long"]), recorded=recorded)
+    opts = slurm_options_from_args(p.parse_args(["--partition", "long"]), SlurmOptions.from_dict(recorded))
     assert (opts.partition, opts.time, opts.cpus_per_task, opts.max_parallel) == ("long", "02:00:00", 8, 64)
     fresh = slurm_options_from_args(p.parse_args([]))
     assert (fresh.cpus_per_task, fresh.signal_seconds, fresh.max_parallel) == (1, 120, None)
