@@ -230,9 +230,9 @@ def check_slurm(executor: str | None, n_tasks: int | None) -> Check:
     details.update(max_array_size=size, max_array_size_source=source)
     msg = f"{details['version']}, controller reachable, MaxArraySize {size} ({source})"
     if n_tasks:
-        from shardprep.executor.slurm.render import plan_arrays
+        from shardprep.executor.slurm.submission import SubmissionPlan
 
-        arrays = len(plan_arrays(range(n_tasks), size))
+        arrays = len(SubmissionPlan.build(range(n_tasks), max_array_size=size).arrays)
         details["planned_tasks"] = n_tasks
         msg += f"; {n_tasks} task(s) -> {arrays} array job(s)"
     return Check("slurm", OK, msg, None, details)
