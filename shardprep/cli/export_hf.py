@@ -46,9 +46,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import datasets
-
+    from shardprep._extras import require
     from shardprep.hf.export import ExportRequest, balance_ratio, export, summary_line
+
+    datasets = require("datasets", feature="exporting a Hugging Face dataset")
 
     # The export reads Arrow batches only; without this, every streamed dataset imports torch (1-2 s) just to
     # share an epoch counter with DataLoader workers.  This process is ours, so the switch is safe here.

@@ -9,6 +9,7 @@ from pathlib import Path
 from shardprep.cli._transfer import finish, print_dry_run
 from shardprep.cli.args import (add_stage_submit_arguments, add_stripe_arguments, add_transfer_arguments,
                                 field_default, stage_job_from_args, stripe_layout_from_args, transfer_options_from_args)
+from shardprep._extras import require
 from shardprep.errors import ConfigError
 
 NAME = "stage"
@@ -55,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
     from shardprep.storage.s3 import make_client
 
     options = options_from_args(args)
+    require("boto3", feature="staging from S3")    # also with --submit: the job runs this same interpreter
     if args.then_tokenize is not None and not args.submit:
         raise ConfigError("--then-tokenize needs --submit (it runs inside the Slurm stage job)")
     if args.submit:

@@ -47,6 +47,9 @@ def _resume(args: argparse.Namespace) -> tuple[Path, dict]:
 
 
 def run(args: argparse.Namespace) -> int:
+    # the executor first: a missing extra or a bad Slurm option fails before anything is planned or written
+    name, options = executor_from_args(args, resume=Path(args.resume) if args.resume else None)
+    executor = make_executor(name, options, finalize=not args.no_finalize)
     if args.resume:
         output, job = _resume(args)
     else:
@@ -57,8 +60,7 @@ def run(args: argparse.Namespace) -> int:
     state = job_state(output, job)
     todo = state.missing
     print(f"{output}: {state.n_tasks} task(s), {len(state.done)} done, to run: {format_array_ranges(todo) or 'none'}")
-    name, options = executor_from_args(args, resume=output if args.resume else None)
-    report = make_executor(name, options, finalize=not args.no_finalize).launch(output, todo, dry_run=args.dry_run)
+    report = executor.launch(output, todo, dry_run=args.dry_run)
     for script in report.scripts:
         print(script)
     if report.job_ids:

@@ -39,10 +39,12 @@ def options_from_args(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
+    from shardprep._extras import require
     from shardprep.staging.upload import plan_upload, run_upload
     from shardprep.storage.s3 import make_client
 
     options = options_from_args(args)
+    require("boto3", feature="uploading to S3")
     client = make_client(options.client)
     plan = plan_upload(options, client)
     if args.dry_run:

@@ -18,6 +18,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from shardprep._extras import EXTRA_OF
 from shardprep.errors import EXIT_ENVIRONMENT, EnvironmentProblem
 
 OK, WARN, FAIL = "ok", "warn", "fail"
@@ -30,7 +31,7 @@ ENV_SHOWN = ("RAYON_NUM_THREADS", "RAYON_RS_NUM_CPUS", "TOKENIZERS_PARALLELISM",
              "SLURM_MEM_PER_CPU")
 ENV_SECRET = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "HF_TOKEN",
               "HUGGING_FACE_HUB_TOKEN")
-OPTIONAL_PACKAGES = ("torch", "gigatoken")
+OPTIONAL_PACKAGES = tuple(EXTRA_OF)          # their declared minimum versions are checked too
 
 
 @dataclass

@@ -19,6 +19,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from shardprep._extras import require
 from shardprep.errors import ConfigError, EnvironmentProblem
 from shardprep.executor.slurm import commands as slurm_cmd
 from shardprep.executor.base import LaunchReport
@@ -63,8 +64,7 @@ class SubmititTask:
 
     def checkpoint(self, task_id: int) -> Any:
         """Called by submitit on the pre-timeout signal: requeue the same call (finished shards are kept)."""
-        import submitit
-
+        submitit = require("submitit", feature="requeueing a submitit task")
         return submitit.helpers.DelayedSubmission(self, task_id)
 
 
@@ -103,6 +103,7 @@ class SubmititExecutor:
     name = "submitit"
 
     def __init__(self, options: SlurmOptions, *, finalize: bool = True):
+        require("submitit", feature="--executor submitit")   # fail before anything is planned or written
         self.options = options
         self.finalize = finalize
 
@@ -128,10 +129,7 @@ class SubmititExecutor:
         return params
 
     def _executor(self, output: Path) -> Any:
-        try:
-            import submitit
-        except ImportError as e:  # pragma: no cover - submitit is a declared dependency
-            raise EnvironmentProblem("the submitit executor needs the submitit package (pip install submitit)") from e
+        submitit = require("submitit", feature="--executor submitit")
         try:
             return submitit.AutoExecutor(folder=output / SUBMITIT_DIR, cluster="slurm")
         except RuntimeError as e:
