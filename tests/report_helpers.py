@@ -89,11 +89,11 @@ def expected_numbers(out: Path) -> dict:
             skipped[k] = skipped.get(k, 0) + v
     return {
         "job": job, "sidecars": done, "lengths": np.array(lengths, dtype=np.int64),
-        "totals": {"shards": len(done), **{k: sum(s[k] for s in done) for k in ("samples", "documents", "tokens", "bytes")},
-                   "skipped": sum(skipped.values())},
+        "totals": {"shards": len(done), "skipped": sum(skipped.values()),
+                   **{k: sum(s[k] for s in done) for k in ("samples", "documents", "tokens", "bytes")}},
         "skipped": skipped,
-        "examples": [{"reason": e["reason"], "task": s["task"], "file": e["file"], "line": e["line"], "byte": e.get("byte")}
-                     for s in done for e in s["skipped_examples"]][:20],
+        "examples": [{"reason": e["reason"], "task": s["task"], "file": e["file"], "line": e["line"],
+                      "byte": e.get("byte")} for s in done for e in s["skipped_examples"]][:20],
     }
 
 

@@ -6,7 +6,6 @@ The page in a real browser is tests/test_report_browser.py.
 
 from __future__ import annotations
 
-import os
 import sys
 
 import numpy as np
@@ -70,7 +69,7 @@ def test_document_lengths_histogram_and_tasks_equal_the_files(job):
     # per task: Mtok/s and durations straight from each sidecar's stats; backends with their task ids
     rows = n["tasks"]["per_task"]
     assert [r["task"] for r in rows] == [s["task"] for s in exp["sidecars"]]
-    for r, s in zip(rows, exp["sidecars"]):
+    for r, s in zip(rows, exp["sidecars"], strict=True):
         assert r["mtok_per_s"] == pytest.approx(s["stats"]["tokens_per_s"] / 1e6)
         assert r["elapsed_s"] == s["stats"]["elapsed_s"] and r["tokens"] == s["tokens"]
         assert r["backend"] == s["backend"]["name"] == "hf" and r["attempts"] == 1 and r["status"] == "done"
@@ -176,7 +175,8 @@ def test_remote_output_over_the_s3_api_gives_the_same_numbers(job, s3_endpoint):
     local = report_json(job)
     for key in ("totals", "doc_lengths", "shards", "skipped", "backends", "samples", "tokenizer"):
         assert remote[key] == local[key], key
-    assert [r["mtok_per_s"] for r in remote["tasks"]["per_task"]] == [r["mtok_per_s"] for r in local["tasks"]["per_task"]]
+    rates = [[r["mtok_per_s"] for r in n["tasks"]["per_task"]] for n in (remote, local)]
+    assert rates[0] == rates[1]
     assert remote["finalized"] and remote["progress"]["missing"] == 0
 
 
@@ -191,7 +191,8 @@ def test_errors_are_one_line_with_the_right_exit_code(tmp_path, job):
 
 
 def test_missing_matplotlib_is_a_clear_error_and_json_still_works(tmp_path, job):
-    block = "import sys; sys.modules['matplotlib'] = None; from shardprep.cli.main import main; raise SystemExit(main())"
+    block = ("import sys; sys.modules['matplotlib'] = None; from shardprep.cli.main import main; "
+             "raise SystemExit(main())")
     import subprocess
 
     def run(*args):

@@ -45,7 +45,7 @@ def chunk_picks(counts: list[int], max_chunks: int) -> list[tuple[int, int]]:
         flat = np.unique(np.linspace(0, total - 1, max_chunks).round().astype(np.int64))
     starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     shard = np.searchsorted(starts, flat, side="right") - 1
-    return [(int(s), int(f - starts[s])) for s, f in zip(shard, flat)]
+    return [(int(s), int(f - starts[s])) for s, f in zip(shard, flat, strict=True)]
 
 
 def _read_shard(location: str, side: Sidecar, chunks: list[int]) -> list[np.ndarray]:

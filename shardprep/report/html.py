@@ -20,7 +20,8 @@ _CSS = """
 * { box-sizing: border-box; }
 body { margin:0; font: 15px/1.45 system-ui, -apple-system, "Segoe UI", "DejaVu Sans", sans-serif; color:var(--fg); }
 main { max-width: 1120px; margin: 0 auto; padding: 24px 28px 48px; }
-h1 { font-size: 26px; margin: 0 0 2px; } h2 { font-size: 19px; margin: 34px 0 10px; border-bottom: 1px solid var(--line); padding-bottom: 4px; }
+h1 { font-size: 26px; margin: 0 0 2px; }
+h2 { font-size: 19px; margin: 34px 0 10px; border-bottom: 1px solid var(--line); padding-bottom: 4px; }
 .muted, .note { color: var(--muted); } .note { font-size: 13px; margin: 4px 0 10px; }
 .path { font-family: ui-monospace, "DejaVu Sans Mono", monospace; font-size: 14px; word-break: break-all; }
 .badge { display:inline-block; padding: 2px 10px; border-radius: 12px; font-size: 13px; font-weight: 600;
@@ -120,7 +121,8 @@ def _progress(n: dict) -> str:
             ["task", "reason"], [[esc(f["task"]), esc(f["reason"])] for f in p["failed"][:20]]))
     if p["problems"]:
         extra.append(_table(["why not done", "tasks"], [[esc(k), esc(v)] for k, v in p["problems"].items()], [1]))
-    return f'<section id="progress"><h2>Progress</h2><div class="cards">{"".join(cards)}</div>{"".join(extra)}</section>'
+    return (f'<section id="progress"><h2>Progress</h2><div class="cards">{"".join(cards)}</div>'
+            f'{"".join(extra)}</section>')
 
 
 def _ranges(ids: list[int]) -> str:
@@ -143,7 +145,8 @@ def _doc_lengths(n: dict, figs: dict[str, Figure]) -> str:
     else:
         note = (f'a sample: {num("doc_lengths.documents", d["documents"])} of '
                 f'{num("doc_lengths.documents_total", d["documents_total"])} documents, from '
-                f'{num("doc_lengths.chunks_read", d["chunks_read"])} of {num("doc_lengths.chunks_total", d["chunks_total"])} '
+                f'{num("doc_lengths.chunks_read", d["chunks_read"])} of '
+                f'{num("doc_lengths.chunks_total", d["chunks_total"])} '
                 f"chunks spread evenly over the job (<code>--max-chunks</code>)")
     return (f'<section id="doc-lengths"><h2>Document lengths (tokens)</h2><p class="note">Measured on {note}; '
             f"log-spaced bins.</p>{_figure(figs, 'doc-lengths')}{_table(keys, [row], range(6))}</section>")
@@ -155,7 +158,8 @@ def _shards(n: dict, figs: dict[str, Figure]) -> str:
     row = [num(f"shards.tokens.{k}", s["tokens"][k], number) for k in keys]
     row.append(num("shards.max_over_mean", s["max_over_mean"], lambda v: "–" if v is None else f"{v:.3f}"))
     target = (f'Target ≈ {num("shards.target_tokens", s["target_tokens"], number)} tokens per shard: '
-              f'<code>--target-task-bytes</code> {num("shards.target_task_bytes", s["target_task_bytes"], human_bytes)} '
+              f'<code>--target-task-bytes</code> '
+              f'{num("shards.target_task_bytes", s["target_task_bytes"], human_bytes)} '
               f"times this job's tokens per input byte." if s["target_tokens"] else
               "One input file per task (no <code>--target-task-bytes</code>): the dotted line is the mean.")
     return (f'<section id="shards"><h2>Tokens per shard</h2><p class="note">{target}</p>{_figure(figs, "shard-tokens")}'

@@ -84,7 +84,8 @@ def sample_documents(out: Output) -> list[SampleDoc]:
     done = [s for s in out.done if s.documents]
     if not done:
         return []
-    picks = [(done[0], 0), (done[len(done) // 2], done[len(done) // 2].documents // 2), (done[-1], done[-1].documents - 1)]
+    middle = done[len(done) // 2]
+    picks = [(done[0], 0), (middle, middle.documents // 2), (done[-1], done[-1].documents - 1)]
     seen: set[tuple[str, int]] = set()
     docs = []
     for side, doc in picks:
