@@ -112,6 +112,11 @@ def test_running_job_shows_progress_failure_and_eta(tmp_path, sample_tokenizer):
     raw, out = write_corpus(tmp_path / "raw"), tmp_path / "out"
     run_cli("plan", "--input", raw, "--output", out, "--tokenizer", sample_tokenizer, "--backend", "hf")
     job = read_json(out / "job.json")
+    nothing = report_json(out)                                    # planned, nothing run yet
+    assert (nothing["progress"]["done"], nothing["totals"]["tokens"], nothing["samples"]) == (0, 0, [])
+    assert nothing["progress"]["eta_s"] is None and nothing["doc_lengths"]["documents"] == 0
+    run_cli("report", out, "--html", tmp_path / "empty" / "r.html")
+    assert "nothing to draw yet" in (tmp_path / "empty" / "r.html").read_text()
     for t in (0, 1):
         run_cli("run-task", out, "--task-id", t)
     with open(job["inputs"][2]["path"], "a") as f:
@@ -234,3 +239,48 @@ def test_task_log_attempts_failures_and_runs_in_progress():
     done = parse_task_log(7, log + "2026-01-02 03:10:02,250 INFO shardprep.job.task: task 7 done: 1 documents\n")
     assert (done.attempts, done.status, done.reason, done.duration_s) == (2, "done", None, pytest.approx(2.25))
     assert parse_task_log(7, "no timestamp here\n") is None
+
+
+def test_backend_fallback_reasons_are_grouped_per_task(tmp_path, job):
+    """A task whose ``auto`` check fell back to hf: its own row, with the reason from its sidecar."""
+    import shutil
+
+    out = tmp_path / "copy"
+    shutil.copytree(job, out)
+    side_path = out / "shard-00001.json"
+    side = read_json(side_path)
+    why = "gigatoken 0.10.0 differs from hf on document 17 (token 3)"
+    side["backend"] = {**side["backend"], "requested": "auto", "fallback_reason": why,
+                       "check": {"passed": False, "reason": why}}
+    side_path.write_bytes(orjson.dumps(side))
+    n = report_json(out)
+    rows = {(b["requested"], b["fallback_reason"]): (b["tasks"], b["task_ranges"]) for b in n["backends"]}
+    assert rows == {("hf", None): (3, "0,2-3"), ("auto", why): (1, "1")}
+    run_cli("report", out, "--html", out / "r.html")
+    assert why in (out / "r.html").read_text()
+
+
+@pytest.mark.slurm
+def test_slurm_job_with_a_failed_task_reports_the_queue_view_and_the_reason(tmp_path, slurm_cluster,
+                                                                              sample_tokenizer):
+    from slurm_cluster import submitted_job_ids, wait_for_jobs
+
+    from shardprep.demo_data import sample_documents
+
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for i in (0, 2):
+        (raw / f"part-{i}.txt").write_text("\n".join(sample_documents(30, seed=i)) + "\n")
+    (raw / "part-1.txt").write_bytes(b"fine line\nanother\n\xff\xfe broken utf-8\nlast\n")
+    out = tmp_path / "out"
+    proc = run_cli("submit", "--executor", "slurm", "-i", raw, "-o", out, "-t", sample_tokenizer, "--strict",
+                   "--backend", "hf", "--time", "5", "--signal-seconds", "30", "--mem", "500M")
+    wait_for_jobs(submitted_job_ids(proc.stdout))
+    n = report_json(out)
+    p = n["progress"]
+    failed_task = 1
+    assert (p["done"], p["missing"], p["missing_ranges"]) == (2, 1, str(failed_task))
+    assert p["slurm"]["failed"] == [failed_task] and p["slurm"]["running"] == p["slurm"]["pending"] == []
+    assert [f["task"] for f in p["failed"]] == [failed_task]
+    assert "part-1.txt:3" in p["failed"][0]["reason"] and "invalid utf8" in p["failed"][0]["reason"]
+    assert n["finalized"] is False and p["eta_s"] is None and "nothing running" in p["eta_basis"]

@@ -17,7 +17,7 @@ DESCRIPTION = (
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from shardprep.report.doclens import DEFAULT_MAX_CHUNKS
+    from shardprep.report import DEFAULT_MAX_CHUNKS   # no numpy: `shardprep --help` stays cheap
 
     p.add_argument("output", metavar="OUTPUT",
                    help="the job's output directory, or a finalized output the loader reads (s3://bucket/prefix)")

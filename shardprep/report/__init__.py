@@ -5,3 +5,5 @@ per-task logs, ``doclens`` samples document lengths from the shards, ``tokenizer
 tokenizer and decodes samples, ``numbers`` turns all of it into the report's numbers (what ``--json``
 prints), ``figures`` draws them (matplotlib, the optional ``[report]`` extra) and ``html`` writes the page.
 """
+
+DEFAULT_MAX_CHUNKS = 256   # chunks whose doclens the pack-layout histogram reads at most (``--max-chunks``)

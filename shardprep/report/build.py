@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from shardprep.report.collect import collect
-from shardprep.report.doclens import DEFAULT_MAX_CHUNKS, doc_lengths
+from shardprep.report import DEFAULT_MAX_CHUNKS
+from shardprep.report.doclens import doc_lengths
 from shardprep.report.numbers import build_numbers
 from shardprep.report.tokenizer import decode_samples, describe_tokenizer, sample_documents
 

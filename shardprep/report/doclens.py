@@ -16,10 +16,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from shardprep.loader.sources import join, open_source
+from shardprep.report import DEFAULT_MAX_CHUNKS
 from shardprep.report.collect import Output, Sidecar
 from shardprep.shard.reader import read_doclens
 
-DEFAULT_MAX_CHUNKS = 256
 _READ_THREADS = 8
 
 

@@ -63,7 +63,8 @@ def _eta(out: Output, running: list[int]) -> tuple[float | None, str]:
     (finished tasks' tokens/s and tokens per input byte, times the tasks running now) with running and
     waiting tasks taken from the task logs, which every executor writes."""
     if out.slurm is not None:
-        return out.slurm.get("eta_s"), "Slurm queue"
+        eta = out.slurm.get("eta_s")
+        return eta, "Slurm queue" if eta is not None else "nothing running or pending in Slurm"
     if out.job_state is None:
         return None, ""
     from shardprep.executor.slurm.state import SlurmView, TaskView, estimate_eta
