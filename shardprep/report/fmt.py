@@ -6,7 +6,7 @@ import math
 
 from shardprep.doctor.machine import human_bytes  # binary units, as df -h and Slurm use
 
-__all__ = ["human_bytes", "count", "compact", "duration", "number"]
+__all__ = ["human_bytes", "count", "compact", "duration", "number", "rate"]
 
 
 def count(n: float | None) -> str:
@@ -21,7 +21,7 @@ def compact(n: float | None, _pos: object = None) -> str:
     for div, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
         if abs(n) >= div:
             v = n / div
-            return f"{v:.0f}{unit}" if v >= 100 or v == int(v) else f"{v:.1f}{unit}".replace(".0" + unit, unit)
+            return f"{v:.0f}{unit}" if v >= 100 or v == int(v) else f"{v:.1f}{unit}"
     return f"{n:g}"
 
 
@@ -47,3 +47,13 @@ def number(v: float | None, digits: int = 3) -> str:
     if abs(v) >= 10 ** digits:
         return f"{v:,.0f}"
     return f"{v:.{digits}g}"
+
+
+def rate(tokens_per_s: float | None) -> str:
+    """Tokens per second in the unit that reads best: 2.5e6 -> '2.5 Mtok/s', 251 -> '251 tok/s'."""
+    if tokens_per_s is None:
+        return "–"
+    for div, unit in ((1e6, "Mtok/s"), (1e3, "ktok/s")):
+        if tokens_per_s >= div:
+            return f"{tokens_per_s / div:.3g} {unit}"
+    return f"{tokens_per_s:.3g} tok/s"

@@ -13,7 +13,7 @@ import html
 from typing import Any, Callable, Sequence
 
 from shardprep.report.figures import Figure
-from shardprep.report.fmt import count, duration, human_bytes, number
+from shardprep.report.fmt import count, duration, human_bytes, number, rate
 
 _CSS = """
 :root { --fg:#1d2430; --muted:#5b6575; --line:#dde2ea; --card:#f6f8fb; --accent:#3b6fb6; --warn:#b8475a; }
@@ -108,8 +108,7 @@ def _progress(n: dict) -> str:
               f'{num("progress.work_done", p["work_done"], _pct)} of the planned input'),
         _card("missing", num("progress.missing", p["missing"]), esc(p["missing_ranges"] or "none")),
         _card("wall time", num("progress.elapsed_s", p["elapsed_s"], duration), "from the task logs"),
-        _card("throughput", num("progress.tokens_per_s", p["tokens_per_s"],
-                                lambda v: "–" if v is None else f"{v / 1e6:.3g} Mtok/s"), "job total, wall clock"),
+        _card("throughput", num("progress.tokens_per_s", p["tokens_per_s"], rate), "job total, wall clock"),
         _card("ETA", num("progress.eta_s", p["eta_s"], duration), esc(p["eta_basis"] or "")),
     ]
     extra = []
