@@ -207,8 +207,8 @@ def test_missing_matplotlib_is_a_clear_error_and_json_still_works(tmp_path, job)
     proc = run("report", job, "--html", tmp_path / "r.html")
     assert proc.returncode == 8, proc.stderr
     assert proc.stderr.strip().splitlines() == [
-        "shardprep report: error: the report's figures need matplotlib, which is not installed "
-        "(hint: pip install 'shardprep[report]' (or use --json))"]
+        "shardprep report: error: `shardprep report` without --json needs the optional package matplotlib, "
+        "which is not installed (hint: pip install 'shardprep[report]')"]
     assert not (tmp_path / "r.html").exists()
     proc = run("report", job, "--json")
     assert proc.returncode == 0 and orjson.loads(proc.stdout)["totals"]["shards"] == 4

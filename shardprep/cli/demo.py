@@ -57,12 +57,12 @@ def run(args: argparse.Namespace) -> int:
 
 def _write_report(shards: Path) -> None:
     """The last step: the report page (figures need the ``[report]`` extra, which ``make demo`` installs)."""
-    from shardprep.errors import EnvironmentProblem
+    from shardprep._extras import MissingExtra
     from shardprep.report.build import report_numbers, write_report
 
     try:
         written = write_report(report_numbers(shards), shards / "report.html")
-    except EnvironmentProblem as e:
+    except MissingExtra as e:
         print(f"report: not written: {e}")
         return
     print(f"report: {written.html} (open it in a browser; figures as PNG beside it)")

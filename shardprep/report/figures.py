@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from shardprep.errors import EnvironmentProblem
+from shardprep._extras import require
 from shardprep.report.fmt import compact, count, duration, human_bytes
 
 WIDTH, HEIGHT, PNG_DPI = 10.0, 3.6, 120
@@ -31,11 +31,7 @@ class Figure:
 
 
 def _pyplot() -> Any:
-    try:
-        import matplotlib
-    except ImportError:
-        raise EnvironmentProblem("the report's figures need matplotlib, which is not installed",
-                                 hint="pip install 'shardprep[report]' (or use --json)") from None
+    matplotlib = require("matplotlib", feature="`shardprep report` without --json")
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
 
