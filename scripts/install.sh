@@ -8,4 +8,4 @@ PY=${PYTHON:-python3}
 if ! "$PY" -c "import torch" 2>/dev/null; then
     "$PY" -m pip install --quiet "torch==${SHARDPREP_TORCH_VERSION:-2.13.0}"
 fi
-"$PY" -m pip install --quiet -e ".[loader,fast,s3,test]"
+"$PY" -m pip install --quiet -e ".[loader,fast,s3,remote,test]"

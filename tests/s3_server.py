@@ -97,7 +97,8 @@ class RequestRecord:
     status: int
     started: float
     ended: float
-    range: str | None = None   # the request's Range header
+    range: str | None = None   # the request's Range header (Azure's x-ms-range)
+    bytes: int = 0             # response body bytes sent
 
 
 @dataclass
@@ -120,6 +121,7 @@ class _ProxyState:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True    # headers and body are separate writes: no delayed-ACK stall per request
     state: _ProxyState  # set on the subclass per proxy
 
     def log_message(self, *args: Any) -> None:  # keep test output quiet
@@ -147,10 +149,10 @@ class _Handler(BaseHTTPRequestHandler):
                     return rule
         return None
 
-    def _record(self, path: str, query: str, status: int, started: float) -> None:
+    def _record(self, path: str, query: str, status: int, started: float, sent: int = 0) -> None:
         with self.state.lock:
             self.state.log.append(RequestRecord(self.command, path, query, status, started, time.monotonic(),
-                                                self.headers.get("Range")))
+                                                self.headers.get("Range") or self.headers.get("x-ms-range"), sent))
 
     def _proxy(self) -> None:
         started = time.monotonic()
@@ -186,7 +188,7 @@ class _Handler(BaseHTTPRequestHandler):
         if rule is not None:     # a body that breaks mid-stream: half of it, then the connection drops
             self.wfile.write(data[:len(data) // 2])
             self.close_connection = True
-            self._record(path, parsed.query, resp.status, started)
+            self._record(path, parsed.query, resp.status, started, len(data) // 2)
             return
         step = 64 << 10
         for i in range(0, len(data), step):
@@ -194,7 +196,7 @@ class _Handler(BaseHTTPRequestHandler):
             if self.state.throttle_bps:
                 time.sleep(step / self.state.throttle_bps)
         conn.close()
-        self._record(path, parsed.query, resp.status, started)
+        self._record(path, parsed.query, resp.status, started, len(data))
 
     do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _proxy
 

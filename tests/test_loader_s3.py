@@ -1,21 +1,21 @@
 """The loader reading ``s3://`` through the one S3 layer (``shardprep.storage.s3``), against moto's server
-on 127.0.0.1 with a recording proxy in front: same batches as from the local copy, ranged GETs only,
-botocore's standard retries and nothing on top (a 403 or NoSuchKey is sent once, a 503 is retried, a 500
-forever is sent exactly ``max_attempts`` times), one repeat of a body that broke mid-stream, and the
-endpoint/profile options working for the loader as they do for staging."""
+on 127.0.0.1 with a recording proxy in front: botocore's standard retries and nothing on top (a 403 or
+NoSuchKey is sent once, a 503 is retried, a 500 forever is sent exactly ``max_attempts`` times), one
+repeat of a body that broke mid-stream, and the endpoint/profile options working for the loader as they
+do for staging.  Same batches as local, ranged reads only, exactness and resume: ``test_loader_remote.py``
+and ``test_loader_data.py``, over every store."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-import torch
 from helpers import shard_documents
 from loader_helpers import make_dataset
 from s3_server import FaultProxy, make_bucket, s3_client
 
 from shardprep.errors import ConfigError, IncompleteError, TransferError
-from shardprep.loader import ShardDataset, make_dataloader
+from shardprep.loader import ShardDataset
 from shardprep.storage.s3 import ClientOptions
 
 pytestmark = pytest.mark.s3
@@ -37,23 +37,6 @@ def upload(endpoint: str, output: Path, skip: tuple[str, ...] = ()) -> str:
 
 def docs_of(url: str, **storage) -> list[list[int]]:
     return [d["input_ids"].tolist() for d in ShardDataset(url, mode="doc", shuffle=False, **storage)]
-
-
-def test_s3_reads_match_local_with_ranged_gets(local, s3_endpoint):
-    url = upload(s3_endpoint, local)
-    kwargs = dict(mode="pack", seq_len=48, seed=3)
-    with FaultProxy(s3_endpoint) as proxy:
-        remote = [b["input_ids"] for b in make_dataloader(ShardDataset(url, endpoint_url=proxy.url, **kwargs),
-                                                          batch_size=4)]
-        tar_gets = [r for r in proxy.log if r.method == "GET" and r.path.endswith(".tar")]
-    assert tar_gets and all(r.range and r.range.startswith("bytes=") and r.status == 206 for r in tar_gets)
-    # the same batches as from the local copy, also with forked workers (each builds its own client)
-    local_batches = [b["input_ids"] for b in make_dataloader(ShardDataset(local, **kwargs), batch_size=4)]
-    forked = [b["input_ids"] for b in make_dataloader(ShardDataset(url, endpoint_url=s3_endpoint, **kwargs),
-                                                      batch_size=4, num_workers=2)]
-    assert len(remote) == len(local_batches) == len(forked)
-    assert all(torch.equal(a, b) and torch.equal(a, c) for a, b, c in zip(remote, local_batches, forked))
-    assert docs_of(url, endpoint_url=s3_endpoint) == shard_documents(local)
 
 
 def test_503_is_retried_by_botocore_and_nothing_retries_on_top(local, s3_endpoint):
@@ -105,12 +88,6 @@ def test_a_body_cut_mid_stream_is_requested_once_more(local, s3_endpoint):
         with pytest.raises(TransferError, match="shard-00002.tar: GET bytes="):
             docs_of(url, endpoint_url=proxy.url)
         assert len(proxy.requests_for("shard-00002.tar", "GET")) == 2
-
-
-def test_s3_missing_shard_is_refused(local, s3_endpoint):
-    url = upload(s3_endpoint, local, skip=("shard-00001.tar",))
-    with pytest.raises(IncompleteError, match=r"shard-00001.tar: listed in index.json but missing"):
-        ShardDataset(url, mode="doc", endpoint_url=s3_endpoint)
 
 
 def test_profile_reaches_the_loader_as_it_reaches_staging(local, s3_endpoint, tmp_path, monkeypatch):

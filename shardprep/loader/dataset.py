@@ -31,7 +31,7 @@ from shardprep.loader.batches import Extras, doc_item, pack_arrays, pad_arrays, 
 from shardprep.loader.index import DatasetIndex, load_index
 from shardprep.loader.order import BlockShuffle, EpochStream
 from shardprep.loader.reader import ChunkReader
-from shardprep.loader.sources import StorageOptions, is_s3
+from shardprep.loader.sources import StorageOptions, is_url
 from shardprep.loader.world import World, resolve_world, worker_slot
 from shardprep.shard.format import DTYPES, INDEX_FILE, JOB_FILE
 from shardprep.storage.s3 import ClientOptions
@@ -54,12 +54,12 @@ class PassSpec:
 
 
 def open_dataset(path: str | Path | list, *, verify: bool, storage: StorageOptions) -> DatasetIndex:
-    """A finalized output (dir or s3:// prefix with index.json), else legacy tars (dir, glob, list)."""
+    """A finalized output (a directory or URL prefix with index.json), else legacy tars (dir, glob, list)."""
     if isinstance(path, (list, tuple)):
         from shardprep.loader.legacy import load_legacy
         return load_legacy([str(p) for p in path])
     spec = str(path)
-    if is_s3(spec):
+    if is_url(spec):
         return load_index(spec, verify=verify, storage=storage)
     p = Path(spec)
     if p.is_dir() and (p / INDEX_FILE).exists():
@@ -79,8 +79,9 @@ class ShardDataset(IterableDataset):
     def __init__(self, path: str | Path | list, *, mode: str = "pack", seq_len: int | None = None, seed: int = 0,
                  shuffle: bool = True, shuffle_block: int | None = None, pad_id: int | None = None,
                  return_position_ids: bool = False, return_doc_info: bool = False, verify: bool = False,
-                 endpoint_url: str | None = None, s3: ClientOptions | None = None, rank: int | None = None,
-                 world_size: int | None = None, cache_bytes: int | None = None):
+                 endpoint_url: str | None = None, s3: ClientOptions | None = None,
+                 storage_options: dict | None = None, rank: int | None = None, world_size: int | None = None,
+                 cache_bytes: int | None = None):
         if mode not in MODES:
             raise ConfigError(f"mode={mode!r} is invalid: one of {MODES}")
         if mode in ("pack", "pad") and (seq_len is None or int(seq_len) < 1):
@@ -91,7 +92,7 @@ class ShardDataset(IterableDataset):
         self.seq_len = None if seq_len is None else int(seq_len)
         self.extras = Extras(position_ids=return_position_ids, doc_info=return_doc_info)
         self.rank, self.world_size = rank, world_size
-        storage = StorageOptions.build(endpoint_url=endpoint_url, s3=s3)
+        storage = StorageOptions.build(endpoint_url=endpoint_url, s3=s3, storage_options=storage_options)
         self.index = open_dataset(path, verify=verify, storage=storage)
         self.total_tokens = int(self.index.shard_tokens.sum())
         self.total_docs = int(self.index.shard_docs.sum())

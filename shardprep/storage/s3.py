@@ -196,7 +196,7 @@ def describe_client_error(exc: BaseException, *, what: str) -> str:
 
 def transfer_error(exc: BaseException, *, what: str) -> TransferError:
     """Turn a botocore exception into a :class:`TransferError` with a useful hint."""
-    from botocore.exceptions import NoCredentialsError, EndpointConnectionError
+    from botocore.exceptions import EndpointConnectionError, NoCredentialsError
 
     hint = None
     if isinstance(exc, NoCredentialsError):
