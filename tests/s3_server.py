@@ -96,7 +96,7 @@ class RequestRecord:
     query: str
     status: int
     started: float
-    ended: float
+    ended: float       # the upstream's answer arrived (logged before the response goes out)
     range: str | None = None   # the request's Range header (Azure's x-ms-range)
     bytes: int = 0             # response body bytes sent
 
@@ -150,6 +150,7 @@ class _Handler(BaseHTTPRequestHandler):
         return None
 
     def _record(self, path: str, query: str, status: int, started: float, sent: int = 0) -> None:
+        """Log the request before its response is sent, so a client that has its answer finds it logged."""
         with self.state.lock:
             self.state.log.append(RequestRecord(self.command, path, query, status, started, time.monotonic(),
                                                 self.headers.get("Range") or self.headers.get("x-ms-range"), sent))
@@ -164,13 +165,13 @@ class _Handler(BaseHTTPRequestHandler):
             status = rule.status
             payload = (f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{rule.code}</Code>'
                        f"<Message>injected by FaultProxy</Message></Error>").encode()
+            self._record(path, parsed.query, status, started, len(payload))
             self.send_response(status)
             self.send_header("Content-Type", "application/xml")
             self.send_header("Content-Length", str(len(payload)))
             self.end_headers()
             if self.command != "HEAD":
                 self.wfile.write(payload)
-            self._record(path, parsed.query, status, started)
             return
         conn = http.client.HTTPConnection(*self.state.upstream, timeout=120)
         headers = {k: v for k, v in self.headers.items() if k.lower() not in ("transfer-encoding", "connection")}
@@ -178,6 +179,9 @@ class _Handler(BaseHTTPRequestHandler):
         conn.request(self.command, self.path, body=body, headers=headers)
         resp = conn.getresponse()
         data = resp.read() if self.command != "HEAD" else b""
+        conn.close()
+        cut = rule is not None   # a body that breaks mid-stream: half of it, then the connection drops
+        self._record(path, parsed.query, resp.status, started, len(data) // 2 if cut else len(data))
         self.send_response(resp.status)
         for k, v in resp.getheaders():
             if k.lower() not in ("transfer-encoding", "connection", "content-length", "server", "date"):
@@ -185,18 +189,15 @@ class _Handler(BaseHTTPRequestHandler):
         length = resp.getheader("Content-Length") if self.command == "HEAD" else str(len(data))
         self.send_header("Content-Length", length or "0")
         self.end_headers()
-        if rule is not None:     # a body that breaks mid-stream: half of it, then the connection drops
+        if cut:
             self.wfile.write(data[:len(data) // 2])
             self.close_connection = True
-            self._record(path, parsed.query, resp.status, started, len(data) // 2)
             return
         step = 64 << 10
         for i in range(0, len(data), step):
             self.wfile.write(data[i:i + step])
             if self.state.throttle_bps:
                 time.sleep(step / self.state.throttle_bps)
-        conn.close()
-        self._record(path, parsed.query, resp.status, started, len(data))
 
     do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _proxy
 
