@@ -133,4 +133,36 @@ def test_unknown_scheme_and_missing_package_are_one_line_errors():
             "except EnvironmentProblem as e:\n    print(e)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert re.fullmatch(r"gs://bucket/shards/index.json: reading gs:// needs a package that is not installed "
-                        r"\(.*gcsfs.*\); pip install 'shardprep\[remote\]'\n", out.stdout), out.stdout + out.stderr
+                        r"\(.*gcsfs.*\) \(hint: pip install 'shardprep\[remote\]'\)\n", out.stdout), out.stdout + out.stderr
+
+
+def test_a_forked_child_never_closes_the_parents_http_connections(http_backend, local):
+    """A DataLoader worker (a fork) that drops or collects the parent's HTTP file system must not unregister
+    the parent's sockets from the parent's epoll (shared across fork): the parent's next read would then
+    wait for aiohttp's 300 s timeout.  The child here does what a worker may do: create its own file
+    system (fsspec empties its instance cache) and run the collector."""
+    import gc
+    import os
+    import signal
+
+    url = http_backend.put_dir(local)
+    parent = sources.read_bytes(f"{url}/index.json")          # the parent holds a pooled connection
+    pid = os.fork()
+    if pid == 0:                                               # the child: never returns to pytest
+        try:
+            sources.read_bytes(f"{url}/index.json")
+            gc.collect()
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    # In the parent, with a deadline far below aiohttp's 300 s: SIGALRM interrupts a hung read.
+    def hung(*_):
+        raise TimeoutError("the parent's read hung after a forked child ran")
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(30)
+    try:
+        for _ in range(3):
+            assert sources.read_bytes(f"{url}/index.json") == parent
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)

@@ -10,7 +10,8 @@ A shard is never downloaded whole: :class:`FsspecSource` reads exactly the byte 
 ``cat_file(path, start, end)`` each, the sidecar's chunk table giving the offsets), and a server that
 ignores ``Range`` is an error, not a silent full download.  Retries are the file system's own (gcsfs and
 adlfs retry transient errors; fsspec's HTTP does not).  File system instances come from fsspec's cache,
-which is per process id, so a forked DataLoader worker never uses its parent's event loop or sessions.
+which is per process id, so a forked DataLoader worker never uses its parent's event loop or sessions -
+and never finalizes them either (see :func:`_keep_inherited_file_systems`).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ def resolve(url: str, options: Mapping[str, Any]) -> tuple[Any, str]:
         from fsspec.core import url_to_fs
     except ImportError as e:
         raise _missing(url, scheme, e) from None
+    _register_fork_hook()
     try:
         return url_to_fs(url, **options)
     except ImportError as e:
@@ -57,6 +59,45 @@ def resolve(url: str, options: Mapping[str, Any]) -> tuple[Any, str]:
         if scheme not in fsspec.available_protocols():
             raise ConfigError(f"{url}: no fsspec file system for {scheme}:// ({e})") from None
         raise ConfigError(f"{url}: {e}") from None
+
+
+# File systems a forked child inherited from its parent.  Held for the child's whole life (it leaves through
+# os._exit, so they are never finalized there).
+_INHERITED: list[Any] = []
+_FORK_HOOK: list[bool] = []
+
+
+def _register_fork_hook() -> None:
+    if not _FORK_HOOK and hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_keep_inherited_file_systems)
+        _FORK_HOOK.append(True)
+
+
+def _keep_inherited_file_systems() -> None:
+    """In a forked child, never finalize what the parent's file systems own: keep them alive, freeze the rest.
+
+    Why: an async file system (fsspec's HTTP, gcsfs, adlfs) that is garbage collected closes its aiohttp
+    connector (fsspec's ``close_session`` finalizer, aiohttp's ``__del__``).  In a forked child that closes
+    the parent's transports through a copy of the parent's event loop, whose epoll descriptor is *shared*
+    with the parent: the parent's sockets are unregistered from the parent's own epoll, and its next read
+    waits until aiohttp's 300 s timeout (seen with DataLoader workers over HTTP).  Two ways an inherited
+    session dies in the child: fsspec empties its instance cache in a new process (the last reference to a
+    live file system), and the child's cyclic GC collects garbage the parent had not collected yet.  So the
+    cached instances are held here for the child's life (it leaves through ``os._exit``), and everything
+    inherited is moved out of the collector's reach (``gc.freeze``, which also spares copy-on-write pages).
+    """
+    import gc
+
+    from fsspec.spec import AbstractFileSystem
+
+    pending = [AbstractFileSystem]
+    while pending:
+        cls = pending.pop()
+        pending.extend(cls.__subclasses__())
+        cache = cls.__dict__.get("_cache")
+        if cache:
+            _INHERITED.extend(cache.values())
+    gc.freeze()
 
 
 def _missing(url: str, scheme: str, e: ImportError) -> EnvironmentProblem:
@@ -115,6 +156,8 @@ class FsspecSource:
 
     def _resolved(self) -> tuple[Any, str]:
         if self._pid != os.getpid():
+            if self._fs is not None:
+                _INHERITED.append(self._fs)     # the parent's: never finalized in this child
             self._fs, self._fs_path = resolve(self.path, self.options)
             self._pid = os.getpid()
         return self._fs, self._fs_path
