@@ -7,6 +7,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from shardprep.errors import ConfigError, RecordError
 from shardprep.job.schema import Job, Sidecar
@@ -73,9 +74,11 @@ class JobState:
                 "skipped": sum(s.skipped_total for s in done)}
 
 
-def job_state(output: Path, job: Job | None = None) -> JobState:
+def job_state(output: Path, job: Job | None = None, *,
+              on_done: Callable[[Sidecar], None] | None = None) -> JobState:
     """Done and missing tasks from the sidecars: one directory listing, one read per existing sidecar,
-    job.json read at most once (linear in the number of tasks)."""
+    job.json read at most once (linear in the number of tasks).  ``on_done`` sees each finished task's
+    whole sidecar (the state keeps a summary), for callers that need more than ``status`` does."""
     job = job if job is not None else load_job(output)
     state = JobState(job.n_tasks)
     listing = set(os.listdir(output))
@@ -83,6 +86,8 @@ def job_state(output: Path, job: Job | None = None) -> JobState:
         sidecar, problem = check_task(output, job, t, listing=listing)
         if problem is None:
             state.done[t] = sidecar.summary()  # type: ignore[union-attr]
+            if on_done is not None:
+                on_done(sidecar)  # type: ignore[arg-type]
         else:
             state.problems[t] = problem
     return state

@@ -21,7 +21,7 @@ from shardprep.errors import IncompleteError, InputDataError
 from shardprep.job.schema import ChunkTable, Index, IndexShard, IndexTokenizer, Sidecar
 from shardprep.shard.format import INDEX_FILE
 from shardprep.shard.reader import ByteSource, read_chunk
-from shardprep.loader.sources import join, object_sizes, open_source, read_bytes, sha256_of
+from shardprep.loader.sources import StorageOptions, join, object_sizes, open_source, read_bytes, sha256_of
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ class DatasetIndex:
     tokenizer: IndexTokenizer | None
     shards: list[IndexShard]
     fingerprint: str
-    endpoint_url: str | None = None
+    storage: StorageOptions | None = None
     record: Index | None = None
 
     def __post_init__(self) -> None:
@@ -63,14 +63,14 @@ class DatasetIndex:
         entry = self.shards[shard]
         where = self.location(entry.sidecar)
         try:
-            side = Sidecar.parse(read_bytes(where, endpoint_url=self.endpoint_url), where)
+            side = Sidecar.parse(read_bytes(where, storage=self.storage), where)
         except FileNotFoundError:
             raise IncompleteError(f"{where}: sidecar of {entry.name} is missing") from None
         _check_sidecar(self, entry, side, where)
         return side.chunks
 
     def open(self, shard: int) -> ByteSource:
-        return open_source(self.location(self.shards[shard].name), endpoint_url=self.endpoint_url)
+        return open_source(self.location(self.shards[shard].name), storage=self.storage)
 
     def read(self, src: ByteSource, table: ChunkTable, chunk: int) -> tuple[np.ndarray, np.ndarray]:
         """``(tokens, doclens)`` of one chunk, in file order."""
@@ -104,7 +104,7 @@ def _fingerprint(parts: object) -> str:
     return hashlib.sha256(orjson.dumps(parts)).hexdigest()
 
 
-def load_index(root: str, *, verify: bool = False, endpoint_url: str | None = None) -> DatasetIndex:
+def load_index(root: str, *, verify: bool = False, storage: StorageOptions | None = None) -> DatasetIndex:
     """Read ``root/index.json``, check it against the files next to it, and return the dataset.
 
     Always checked: the record itself (format version, layout, dtype, every field's type), and that every
@@ -114,14 +114,14 @@ def load_index(root: str, *, verify: bool = False, endpoint_url: str | None = No
     root = str(root)
     where = join(root, INDEX_FILE)
     try:
-        rec = Index.parse(read_bytes(where, endpoint_url=endpoint_url), where)
+        rec = Index.parse(read_bytes(where, storage=storage), where)
     except FileNotFoundError:
         raise InputDataError(f"{where} does not exist: not a finalized shardprep output",
                              hint="run `shardprep finalize`, or pass legacy tars (token_ids.json samples)") from None
     shards = list(rec.shards)
     fingerprint = _fingerprint([rec.format_version, rec.plan_fingerprint, rec.tokenizer_fingerprint,
                                 [[s.name, s.bytes, s.sha256] for s in shards]])
-    index = DatasetIndex(root, rec.layout, rec.dtype, rec.tokenizer, shards, fingerprint, endpoint_url, rec)
+    index = DatasetIndex(root, rec.layout, rec.dtype, rec.tokenizer, shards, fingerprint, storage, rec)
     _check_files(index)
     if verify:
         verify_all(index)
@@ -131,7 +131,7 @@ def load_index(root: str, *, verify: bool = False, endpoint_url: str | None = No
 def _check_files(index: DatasetIndex) -> None:
     """Every shard listed exists with the listed size (one scandir / S3 LIST, not one call per shard)."""
     try:
-        sizes = object_sizes(index.root, endpoint_url=index.endpoint_url)
+        sizes = object_sizes(index.root, storage=index.storage)
     except FileNotFoundError:
         raise InputDataError(f"{index.root}: directory does not exist") from None
     for s in index.shards:
@@ -147,7 +147,7 @@ def verify_all(index: DatasetIndex) -> None:
     """Eager checks: every sidecar against index.json, every shard's sha256 against both."""
     for i, s in enumerate(index.shards):
         index.chunk_table(i)
-        digest = sha256_of(index.location(s.name), endpoint_url=index.endpoint_url)
+        digest = sha256_of(index.location(s.name), storage=index.storage)
         if digest != s.sha256:
             raise IncompleteError(f"{index.location(s.name)}: sha256 {digest} does not match index.json "
                                   f"({s.sha256}): corrupt or replaced shard")

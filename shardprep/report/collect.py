@@ -1,0 +1,221 @@
+"""Read an output's files into the typed values the report needs: the one place that knows their fields.
+
+job.json, index.json, the sidecars and the frozen tokenizer are read here and nowhere else in
+``shardprep.report``, through the typed records of ``job.schema`` (errors name the file and the field).
+
+Two kinds of location:
+
+* a local directory, finished or still running: done/missing comes from ``job.state.job_state`` (the
+  sidecars, the truth used by ``status`` and ``finalize``), progress and timing from the task logs;
+* any location the loader reads (``s3://...``) once finalized: the shards index.json lists, whose
+  sidecars are read in parallel through ``loader.sources`` (the same reads the loader makes).
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from typing import Callable, TypeVar
+
+from shardprep.errors import IncompleteError, InputDataError
+from shardprep.executor.slurm.state import slurm_status_json
+from shardprep.job import schema
+from shardprep.job.plan_files import TaskTable
+from shardprep.job.schema import ChunkTable, Index, Job
+from shardprep.job.state import JobState, job_state
+from shardprep.loader.sources import is_s3, join, object_sizes, read_bytes
+from shardprep.report.logs import LOG_NAME_RE, TaskLog, parse_task_log
+from shardprep.shard.format import INDEX_FILE, JOB_FILE, LOG_DIR, TOKENIZER_FILE
+
+log = logging.getLogger(__name__)
+
+_READ_THREADS = 16   # parallel small reads (sidecars, logs); what matters on S3 and Lustre
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class SkipExample:
+    reason: str
+    file: str
+    line: int | None
+    byte: int | None
+    task: int
+
+
+@dataclass(frozen=True)
+class Backend:
+    """Which backend a task ran and, for ``auto``, why (a fallback names its reason)."""
+
+    name: str | None
+    version: str | None
+    requested: str | None
+    fallback_reason: str | None
+
+
+@dataclass(frozen=True)
+class Sidecar:
+    """The fields of one finished task's sidecar that the report shows."""
+
+    task: int
+    shard: str
+    tokens: int
+    documents: int
+    samples: int
+    bytes: int
+    elapsed_s: float | None
+    tokens_per_s: float | None
+    backend: Backend
+    skipped: dict[str, int]
+    skip_examples: tuple[SkipExample, ...]
+    chunks: ChunkTable
+
+
+@dataclass(frozen=True)
+class Task:
+    task: int
+    planned_bytes: int               # input bytes the plan gave this task (progress weights)
+    sidecar: Sidecar | None          # None while not done
+    problem: str | None              # why not done ("no sidecar", ...), None when done
+
+
+@dataclass
+class Output:
+    """Everything the report reads from one output location."""
+
+    location: str
+    finalized: bool
+    layout: str
+    dtype: str
+    fingerprint: str
+    tokenizer: dict                      # job.json/index.json tokenizer record (+ add_eos/add_bos)
+    tokenizer_json: str | None           # the frozen tokenizer.json, when present
+    chunk_tokens: int | None = None
+    target_task_bytes: int | None = None
+    tasks: list[Task] = field(default_factory=list)
+    logs: dict[int, TaskLog] = field(default_factory=dict)
+    job_state: JobState | None = None    # local outputs: the sidecar truth (``status`` reads the same)
+    slurm: dict | None = None            # ``status --json``'s Slurm view, for jobs submitted to Slurm
+
+    @property
+    def done(self) -> list[Sidecar]:
+        return [t.sidecar for t in self.tasks if t.sidecar is not None]
+
+
+def _record(location: str, parse: Callable[[bytes, str], R]) -> R | None:
+    """A record file parsed (errors name the file and field); None when it does not exist."""
+    try:
+        return parse(read_bytes(location), location)
+    except FileNotFoundError:
+        return None
+
+
+def _optional_text(location: str) -> str | None:
+    try:
+        return read_bytes(location).decode("utf-8")
+    except FileNotFoundError:
+        return None
+
+
+def report_sidecar(side: schema.Sidecar) -> Sidecar:
+    """The report's view of one (parsed and validated) sidecar."""
+    b = side.backend
+    examples = tuple(SkipExample(e.get("reason", "?"), e.get("file", "?"), e.get("line"), e.get("byte"), side.task)
+                     for e in side.skipped_examples)
+    return Sidecar(
+        task=side.task, shard=side.shard, tokens=side.tokens, documents=side.documents, samples=side.samples,
+        bytes=side.bytes, elapsed_s=side.elapsed_s, tokens_per_s=side.stats.get("tokens_per_s"),
+        backend=Backend(b.get("name"), b.get("version"), b.get("requested"), b.get("fallback_reason")),
+        skipped=dict(side.skipped), skip_examples=examples, chunks=side.chunks)
+
+
+def _read_logs(location: str) -> dict[int, TaskLog]:
+    """Parse every ``logs/task-NNNNN.log`` (none is fine: a copied or uploaded output may have none)."""
+    logs_dir = join(location, LOG_DIR)
+    try:
+        names = [n for n in object_sizes(logs_dir) if LOG_NAME_RE.match(n)]
+    except FileNotFoundError:
+        return {}
+
+    def one(name: str) -> TaskLog | None:
+        task = int(LOG_NAME_RE.match(name).group(1))  # type: ignore[union-attr]
+        text = _optional_text(join(logs_dir, name))
+        return parse_task_log(task, text) if text else None
+
+    if not is_s3(location):   # local reads are quicker one after the other than through a thread pool
+        return {t.task: t for t in map(one, names) if t is not None}
+    with ThreadPoolExecutor(_READ_THREADS) as pool:
+        return {t.task: t for t in pool.map(one, names) if t is not None}
+
+
+def _tokenizer_record(job: Job | None, index: Index | None) -> dict:
+    if job is not None:
+        return {**job.tokenizer.to_dict(), "add_eos": job.options.add_eos, "add_bos": job.options.add_bos}
+    return index.tokenizer.to_dict()  # type: ignore[union-attr]
+
+
+def _planned_bytes(location: str, job: Job | None) -> list[int]:
+    """Input bytes of every planned task (progress weights), from the plan's records (local outputs)."""
+    if job is None or is_s3(location) or not Path(location, "plan").is_dir():
+        return []
+    with TaskTable(Path(location), job) as table:
+        return [task.input_bytes for task in table]
+
+
+def _local_tasks(out: Output, job: Job) -> list[Task]:
+    """Every planned task of a local output, done or not (``job_state``: the sidecars decide), plus the
+    Slurm view of the ones not done when the job went through a Slurm executor (squeue, like ``status``)."""
+    output = Path(out.location)
+    sidecars: dict[int, Sidecar] = {}
+    out.job_state = state = job_state(output, job, on_done=lambda s: sidecars.__setitem__(s.task, report_sidecar(s)))
+    out.slurm = slurm_status_json(output, state)
+    planned = _planned_bytes(out.location, job)
+    return [Task(t, planned[t] if t < len(planned) else 0, sidecars.get(t), state.problems.get(t))
+            for t in range(state.n_tasks)]
+
+
+def _indexed_tasks(location: str, index: Index, job: Job | None) -> list[Task]:
+    """Tasks of a finalized output at any location: the shards index.json lists, all done."""
+    planned = _planned_bytes(location, job)
+
+    def one(entry: schema.IndexShard) -> Sidecar:
+        where = join(location, entry.sidecar)
+        side = _record(where, schema.Sidecar.parse)
+        if side is None:
+            raise IncompleteError(f"{where}: sidecar of {entry.name} is missing")
+        return report_sidecar(side)
+
+    with ThreadPoolExecutor(_READ_THREADS) as pool:
+        sidecars = list(pool.map(one, index.shards))
+    return [Task(s.task, planned[s.task] if s.task < len(planned) else 0, s, None) for s in sidecars]
+
+
+def collect(location: str | Path) -> Output:
+    """Read ``location`` (a local output directory, or a finalized output anywhere the loader reads)."""
+    location = str(location)
+    remote = is_s3(location)
+    if not remote and not Path(location).is_dir():
+        raise InputDataError(f"{location} is not a directory", hint="give the job's OUTPUT directory")
+    index = _record(join(location, INDEX_FILE), Index.parse)
+    job = _record(join(location, JOB_FILE), Job.parse)
+    if job is None and index is None:
+        raise IncompleteError(f"{location} holds neither {JOB_FILE} nor {INDEX_FILE}",
+                              hint="give the OUTPUT directory of a job (`shardprep submit --output`)")
+    if remote and index is None:
+        raise IncompleteError(f"{location} holds no {INDEX_FILE}: a report on a remote output needs a "
+                              f"finalized job", hint="run `shardprep report` on the job's local directory")
+    out = Output(
+        location=location, finalized=index is not None,
+        layout=job.options.layout if job is not None else index.layout,  # type: ignore[union-attr]
+        dtype=job.tokenizer.dtype if job is not None else index.dtype,  # type: ignore[union-attr]
+        fingerprint=job.fingerprint if job is not None else index.plan_fingerprint,  # type: ignore[union-attr]
+        tokenizer=_tokenizer_record(job, index),
+        tokenizer_json=_optional_text(join(location, TOKENIZER_FILE)),
+        chunk_tokens=job.options.chunk_tokens if job is not None else None,
+        target_task_bytes=job.plan_options.target_task_bytes if job is not None else None)
+    out.tasks = _local_tasks(out, job) if job is not None and not remote \
+        else _indexed_tasks(location, index, job)  # type: ignore[arg-type]
+    out.logs = _read_logs(location)
+    return out
