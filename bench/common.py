@@ -21,7 +21,14 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
+
+
+def _find_shared() -> Path:
+    """``shared/`` beside the checkout; a git worktree sits deeper (``wt/<name>/``), so look upward."""
+    return next((p / "shared" for p in REPO.parents if (p / "shared").is_dir()), REPO.parent / "shared")
+
+
+SHARED = _find_shared()
 GPT2 = SHARED / "tokenizers" / "gpt2" / "tokenizer.json"
 ENGLISH_SOURCES = ("wikitext2_valid.txt", "wikitext2_test.txt", "tinyshakespeare.txt")
 MB = 1 << 20
