@@ -245,5 +245,14 @@ def markdown_table(header: list[str], rows: list[list[object]]) -> str:
     return "\n".join(lines)
 
 
+def write_report(out: str | Path, report: str, results: dict) -> None:
+    """The markdown report at ``out``, the raw numbers as JSON beside it, and the report on stdout."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(report)
+    out.with_suffix(".json").write_text(json.dumps(results, indent=1))
+    print(report)
+
+
 def python() -> str:
     return sys.executable

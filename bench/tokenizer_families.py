@@ -4,8 +4,9 @@ gigatoken, plus which backend ``--backend auto`` picks for it and why.
     python bench/tokenizer_families.py            # 8 MB English + 2 MB multilingual, best of 3 (~6 min)
     python bench/tokenizer_families.py --quick    # 1 MB + 1 MB, one round (~1 min)
 
-Each measurement is a fresh single-threaded process (``bench/tokenize_children.py raw_hf|raw_gigatoken``:
-encode of the whole corpus in 1 MiB batches, special strings as text), reported as tokens per CPU-second.
+Each measurement is a fresh single-threaded process (``bench/tokenize_children.py encode_threads``: the
+task's own backend wrapper over the whole corpus in 1 MiB batches: no padding or truncation even where
+the tokenizer.json asks for them, special strings as text), reported as tokens per CPU-second.
 The gigatoken figure is "what it would be": where the ``auto`` check refuses gigatoken (its ids differ
 from hf), tasks run at the hf speed, and the column says so.  Writes a markdown table (``--out``, default
 bench/results/tokenizer_families.md) and the raw numbers as JSON beside it.
@@ -21,7 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))   # this checkout's shardprep, not an installed one
-from common import MB, REPO, SHARED, ensure_corpus, machine_info, markdown_table, python, read_texts, run_child  # noqa: E402
+from common import (MB, REPO, SHARED, ensure_corpus, machine_info, markdown_table, python, read_texts,  # noqa: E402
+                    run_child, write_report)
 
 CHILD = str(Path(__file__).resolve().parent / "tokenize_children.py")
 ONE_CORE = {"RAYON_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
@@ -33,13 +35,14 @@ def _env() -> dict[str, str]:
     return {**ONE_CORE, "PYTHONPATH": str(REPO) + (os.pathsep + path if path else "")}
 
 
-def measure(kind: str, corpus: Path, tokenizer: Path, repeat: int) -> dict:
-    """Best (lowest CPU) of ``repeat`` runs of one child, or the child's error when it cannot run."""
+def measure(backend: str, corpus: Path, tokenizer: Path, repeat: int) -> dict:
+    """Best (lowest CPU) of ``repeat`` runs of shardprep's own backend wrapper (what a task runs: no
+    padding or truncation, specials as text), or the error when the backend cannot load the tokenizer."""
     best: dict | None = None
+    args = json.dumps({"corpus": str(corpus), "tokenizer": str(tokenizer), "backend": backend})
     for _ in range(repeat):
         try:
-            res = run_child([python(), CHILD, kind, json.dumps({"corpus": str(corpus), "tokenizer": str(tokenizer)})],
-                            env=_env()).result
+            res = run_child([python(), CHILD, "encode_threads", args], env=_env()).result
         except RuntimeError as e:
             return {"error": str(e).strip().splitlines()[-1]}
         if best is None or res["cpu_s"] < best["cpu_s"]:
@@ -85,7 +88,8 @@ def render(results: dict) -> str:
             hf, giga = r["hf"][corpus], r["gigatoken"][corpus]
             ratio = giga["mtok_per_cpu_s"] / hf["mtok_per_cpu_s"] if "mtok_per_cpu_s" in giga else None
             refused = r["auto"][corpus]["picks"] == "hf" and ratio is not None
-            row += [_cell(hf), _cell(giga) + (" (refused)" if refused else ""), "-" if ratio is None else f"{ratio:.1f}x"]
+            ratio_cell = "-" if ratio is None else f"{ratio:.1f}x"
+            row += [_cell(hf), _cell(giga) + (" (refused)" if refused else ""), ratio_cell]
         rows.append(row)
     m = results["machine"]
     head = (f"Mtok/s per core (tokens per CPU-second, one thread, best of {results['repeat']}); "
@@ -109,24 +113,19 @@ def main(argv: list[str] | None = None) -> int:
     sizes = {"english": 1 if args.quick else 8, "multilingual": 1 if args.quick else 2}
     work = Path(args.workdir)
     corpora = {name: ensure_corpus(work, name, mb * MB)[0] for name, mb in sizes.items()}
+    command = "python bench/tokenizer_families.py " + " ".join(argv if argv is not None else sys.argv[1:])
     results: dict = {"machine": machine_info(), "repeat": repeat, "corpora": {k: str(v) for k, v in corpora.items()},
-                     "command": "python bench/tokenizer_families.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-                     "tokenizers": {}}
+                     "command": command, "tokenizers": {}}
     for tok in sorted(FAMILIES.glob("*/tokenizer.json")):
         name = tok.parent.name
         print(f"[{name}]", file=sys.stderr, flush=True)
         results["tokenizers"][name] = {
             "auto": {c: auto_choice(tok, path) for c, path in corpora.items()},
-            "hf": {c: measure("raw_hf", path, tok, repeat) for c, path in corpora.items()},
-            "gigatoken": {c: measure("raw_gigatoken", path, tok, repeat) for c, path in corpora.items()},
+            "hf": {c: measure("hf", path, tok, repeat) for c, path in corpora.items()},
+            "gigatoken": {c: measure("gigatoken", path, tok, repeat) for c, path in corpora.items()},
         }
     results["load_avg_at_end"] = [round(x, 2) for x in os.getloadavg()]
-    report = render(results)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(report)
-    out.with_suffix(".json").write_text(json.dumps(results, indent=1))
-    print(report)
+    write_report(args.out, render(results), results)
     return 0
 
 

@@ -143,8 +143,8 @@ def resolve_tokenizer(spec: str, *, eos_token: str | None = None, bos_token: str
     for kind, token in chosen.items():
         ids[kind] = tok.token_to_id(token) if token else None
         if token and ids[kind] is None:
-            raise TokenizerError(f"{kind.upper()} token {token!r} ({choices[kind].source}) is not in the "
-                                 f"vocabulary of {spec}")
+            raise TokenizerError(f"{kind.upper()} token {token!r} is not in the vocabulary of {spec} (named by "
+                                 f"{choices[kind].source}: {choices[kind].why})")
     info = TokenizerInfo(
         source=spec, fingerprint=tokenizer_fingerprint(tok_json, chosen), vocab_size=vocab_size, dtype=dtype_for_vocab(vocab_size),
         eos_token=chosen["eos"], eos_id=ids["eos"], bos_token=chosen["bos"], bos_id=ids["bos"],
