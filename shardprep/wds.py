@@ -235,11 +235,9 @@ def webdataset_pipeline(root: str, seq_len: int, *, batch_size: int | None = Non
     Extra keyword arguments go to ``wds.WebDataset`` (e.g. ``empty_check``, ``detshuffle``).  Iterate it
     through ``wds.WebLoader(ds, batch_size=None, num_workers=...)``; see docs/loader.md for its limits.
     """
-    try:
-        import webdataset as wds
-    except ImportError as e:
-        raise ConfigError(f"shardprep.wds.webdataset_pipeline needs the webdataset package ({e})",
-                          hint="pip install 'shardprep[wds]'") from None
+    from shardprep._extras import require
+
+    wds = require("webdataset", feature="shardprep.wds.webdataset_pipeline")
     ds = wds.WebDataset(shard_urls(root, endpoint_url=endpoint_url), nodesplitter=wds.split_by_node,
                         workersplitter=wds.split_by_worker, shardshuffle=shardshuffle, seed=seed,
                         **webdataset_kwargs)

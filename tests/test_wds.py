@@ -13,6 +13,7 @@ from loader_helpers import make_dataset
 from s3_server import aws_env, make_bucket, s3_client
 
 import shardprep.wds as spw
+from shardprep._extras import MissingExtra
 from shardprep.errors import ConfigError, InputDataError
 from shardprep.loader import ShardDataset, make_dataloader
 
@@ -91,7 +92,8 @@ def test_pipeline_helper_and_its_missing_extra(packed, monkeypatch):
     expected = list(make_dataloader(ShardDataset(packed, mode="pack", seq_len=32, shuffle=False), batch_size=2))
     assert_same(expected, list(spw.webdataset_pipeline(str(packed), 32, batch_size=2)))
     monkeypatch.setitem(sys.modules, "webdataset", None)
-    with pytest.raises(ConfigError, match=r"needs the webdataset package .*pip install 'shardprep\[wds\]'"):
+    with pytest.raises(MissingExtra, match=r"needs the optional package webdataset, which is not installed "
+                                           r"\(hint: pip install 'shardprep\[wds\]'\)"):
         spw.webdataset_pipeline(str(packed), 32)
 
 

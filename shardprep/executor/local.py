@@ -13,9 +13,10 @@ import queue
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
 from pathlib import Path
 
-from shardprep.errors import IncompleteError, ShardprepError
+from shardprep.errors import ConfigError, IncompleteError, ShardprepError
 from shardprep.executor.base import LaunchReport
 from shardprep.job.finalize import finalize
 from shardprep.job.resources import usable_cpus
@@ -48,15 +49,26 @@ def _worker(output: str, task: int, threads: int, progress_q) -> tuple[int, str,
         return task, "error", f"{type(e).__name__}: {e}"
 
 
+@dataclass(frozen=True)
+class LocalOptions:
+    """How the local executor runs tasks (nothing here changes shard bytes)."""
+
+    workers: int | None = None      # parallel task processes; None: the CPUs this process may use
+    show_progress: bool = True      # tasks, documents/s and tokens/s on stderr
+
+    def __post_init__(self) -> None:
+        if self.workers is not None and (not isinstance(self.workers, int) or self.workers < 1):
+            raise ConfigError(f"--workers {self.workers!r} must be a positive integer")
+
+
 class LocalExecutor:
     """Run tasks here with ``workers`` processes, each with ``cpus // workers`` tokenizer threads."""
 
     name = "local"
 
-    def __init__(self, workers: int | None = None, *, finalize: bool = True, show_progress: bool = True):
-        self.workers = workers
+    def __init__(self, options: LocalOptions | None = None, *, finalize: bool = True):
+        self.options = options or LocalOptions()
         self.finalize = finalize
-        self.show_progress = show_progress
 
     def launch(self, output: Path, task_ids: list[int], *, dry_run: bool = False) -> LaunchReport:
         report = LaunchReport(self.name, list(task_ids))
@@ -72,11 +84,11 @@ class LocalExecutor:
 
     def _run_all(self, output: Path, task_ids: list[int]) -> None:
         cpus = usable_cpus()
-        workers = max(1, min(self.workers or cpus, len(task_ids)))
+        workers = max(1, min(self.options.workers or cpus, len(task_ids)))
         threads = max(1, cpus // workers)
         log.info("running %d task(s) with %d process(es) x %d thread(s)", len(task_ids), workers, threads)
         ctx = mp.get_context("spawn")
-        manager = ctx.Manager() if self.show_progress else None
+        manager = ctx.Manager() if self.options.show_progress else None
         progress_q = manager.Queue() if manager else None
         bar_stop = threading.Event()
         bar_thread = None
