@@ -11,9 +11,20 @@ import pytest
 # emulators (remote_servers.py) and the live Slurm cluster.
 pytest_plugins = ("s3_server", "remote_servers", "slurm_cluster")
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
+
+def _find_shared() -> Path:
+    """``shared/`` beside the checkout; a git worktree sits deeper (``wt/<name>/``), so look upward."""
+    here = Path(__file__).resolve()
+    for parent in here.parents[1:]:
+        if (parent / "shared").is_dir():
+            return parent / "shared"
+    return here.parents[2] / "shared"
+
+
+SHARED = _find_shared()
 GPT2_TOKENIZER = SHARED / "tokenizers" / "gpt2" / "tokenizer.json"
 SHARED_CORPUS = SHARED / "corpus"
+SHARED_TOKENIZERS = SHARED / "tokenizers"
 
 
 @pytest.fixture(scope="session")

@@ -21,6 +21,10 @@ def run(args: argparse.Namespace) -> int:
     total = sum(i.size for i in plan.inputs)
     print(f"plan {job['fingerprint'][:12]}: {len(plan.inputs)} input(s), {total:,} bytes -> {len(plan.tasks)} task(s)")
     print(f"tokenizer {plan.tokenizer.info.source} ({plan.tokenizer.info.vocab_size} ids, {plan.tokenizer.info.dtype})")
+    added = {"eos": plan.options.add_eos, "bos": plan.options.add_bos}
+    for kind, line in plan.tokenizer.describe_specials().items():
+        use = "" if kind not in added else " [added to every document]" if added[kind] else " [not added]"
+        print(f"  {line}{use}")
     for t, items in enumerate(plan.tasks[:20]):
         desc = ", ".join(f"{plan.inputs[w.input].path}" + ("" if w.start == 0 and w.end is None else f"[{w.start}:{w.end}]")
                          for w in items[:3])

@@ -107,8 +107,10 @@ def check_tokenizer(ctx: Context) -> Check:
                      "holding one, or a hub id", {"spec": spec, "offline": False}, EXIT_TOKENIZER)
     info = ctx.resolved.info
     details = {"spec": spec, "local": local, "offline": offline, "load_s": round(time.perf_counter() - started, 3),
-               **{k: v for k, v in info.to_dict().items() if k != "source"}}
-    what = f"vocab {info.vocab_size:,}, {info.dtype} ids, EOS {info.eos_token!r}"
+               **{k: v for k, v in info.to_dict().items() if k != "source"},
+               "special_sources": {k: {"source": c.source, "why": c.why} for k, c in ctx.resolved.choices.items()}}
+    lines = ctx.resolved.describe_specials()
+    what = f"vocab {info.vocab_size:,}, {info.dtype} ids; {lines['eos']}; {lines['bos']}"
     if not offline:
         details["offline_error"] = offline_error
         return Check("tokenizer", WARN, f"{spec} loads only with hub access ({offline_error}); {what}",
@@ -259,9 +261,12 @@ def check_backend(ctx: Context) -> Check:
                      "pip install 'shardprep[fast]' for a backend that is often 10x faster per core (used only "
                      "after it reproduces the hf ids)", details)
     reason = record.get("fallback_reason") or check.get("reason") or "not verified"
-    return Check("backend", WARN, f"auto falls back to hf: the fast backend was not verified ({reason})",
-                 "nothing to fix for correctness (ids stay the reference's); expect hf speed, or use --backend hf "
-                 "to skip the check", details)
+    why = "does not reproduce the hf ids" if "reference" in check else "cannot run this tokenizer"
+    details["reason"] = reason
+    return Check("backend", WARN, f"tasks will use hf (the reference), not {check.get('candidate', 'gigatoken')}, "
+                 f"which {why} ({reason}); that is the check working: ids stay exact, at hf speed (see "
+                 "tokenizer_speed)", "nothing to fix for correctness; expect hf speed, or use --backend hf to skip "
+                 "the check", details)
 
 
 # ------------------------------------------------------------------------------------------ free space
