@@ -134,3 +134,29 @@ def test_input_changed_while_its_task_reads_it_fails_the_task(tmp_path, sample_t
     assert f"input {path} changed while its task was reading it" in err
     assert not (out / "shard-00000.tar").exists() and not (out / "shard-00000.json").exists()
     assert not list(out.glob(".shard-*"))
+
+
+# ------------------------------------------------------------------------------ suspicious content
+
+def test_binary_or_utf16_input_is_named_in_a_warning_by_submit_and_doctor(tmp_path, sample_tokenizer):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "junk.txt").write_bytes(random.Random(0).randbytes(20_000))          # a binary file named .txt
+    (raw / "notes.txt").write_text("plain notes, written in UTF-16\n" * 50, encoding="utf-16")
+    (raw / "real.txt").write_text("a real document\nand another one\n\nafter a blank line\n")
+    out = tmp_path / "o"
+    proc = _submit(raw, out, sample_tokenizer)                                   # warned, not fatal
+    for name in ("junk.txt", "notes.txt"):
+        assert f"input {raw / name} looks binary or mis-encoded" in proc.stderr
+    assert "NUL byte(s)" in proc.stderr and "% of its" in proc.stderr
+    sidecars = {Path(s["inputs"][0]["path"]).name: s
+                for s in (orjson.loads(p.read_bytes()) for p in sorted(out.glob("shard-*.json")))}
+    assert "looks binary or mis-encoded" in sidecars["junk.txt"]["warnings"][0]
+    assert "warnings" not in sidecars["real.txt"]          # sidecars of normal inputs are unchanged
+    assert "looks binary" in (out / "logs" / "task-00000.log").read_text()
+
+    proc = run_cli("doctor", "-t", sample_tokenizer, "-o", tmp_path / "d", "-i", raw, "--json", check=False)
+    report = orjson.loads(proc.stdout)
+    (check,) = [c for c in report["checks"] if c["name"] == "input"]
+    assert check["verdict"] == "warn" and "look binary or mis-encoded" in check["message"]
+    assert any(str(raw / "junk.txt") in w for w in check["details"]["suspicious_inputs"])

@@ -68,8 +68,10 @@ class LocalExecutor:
             while pending:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for fut in done:
-                    task, status, message, error = fut.result()
+                    task, status, message, error, warnings = fut.result()
                     monitor.finished(task, status)
+                    for warning in warnings:   # also in the task log and the sidecar
+                        log.warning("task %d: %s", task, warning)
                     if status == "error":
                         failures.append((f"task {task}: {message} (log: {output}/logs/task-{task:05d}.log)", error))
         except BaseException as e:  # Ctrl-C, a killed worker, anything: stop now, do not drain the queue

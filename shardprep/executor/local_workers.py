@@ -82,8 +82,11 @@ def _watch_parent() -> None:
     os.kill(os.getpid(), signal.SIGTERM)
 
 
-def run_in_worker(output: str, task: int, threads: int) -> tuple[int, str, str, str]:
-    """Run one task; return (task, status, message, error class name) so nothing needs to unpickle.
+Outcome = tuple[int, str, str, str, list[str]]   # task, status, message, error class name, input warnings
+
+
+def run_in_worker(output: str, task: int, threads: int) -> Outcome:
+    """Run one task; return its outcome as plain values, so nothing needs to unpickle.
 
     A task stopped by SIGTERM (the parent is stopping, or died) ends the worker: its temporary shard is
     already gone, and a worker that went back to its queue would start the next task or hang.  So does
@@ -93,18 +96,19 @@ def run_in_worker(output: str, task: int, threads: int) -> tuple[int, str, str, 
 
     try:
         if stopping():
-            return task, "error", "not started: the run is stopping", ""
+            return task, "error", "not started: the run is stopping", "", []
         _send(("start", task, os.getpid()))
         try:
             result = run_task(Path(output), task, progress=_progress_sender(), threads=threads)
-            return task, "skipped" if result.skipped_existing else "done", "", ""
+            warnings = [] if result.skipped_existing else list(result.sidecar.get("warnings", []))
+            return task, "skipped" if result.skipped_existing else "done", "", "", warnings
         except Preempted:
             os._exit(EXIT_REQUEUE)
         except ShardprepError as e:
-            return task, "error", f"{type(e).__name__}: {e}", type(e).__name__
+            return task, "error", f"{type(e).__name__}: {e}", type(e).__name__, []
         except Exception as e:  # a bug: keep the type and message, the task log has the traceback
             logging.getLogger(__name__).exception("task %d crashed", task)
-            return task, "error", f"{type(e).__name__}: {e}", ""
+            return task, "error", f"{type(e).__name__}: {e}", "", []
         finally:
             _send(("end", task, os.getpid()))
     finally:

@@ -22,7 +22,9 @@ import orjson
 
 from shardprep.job.options import TokenizeOptions
 from shardprep.errors import InputDataError
+from shardprep.inputs import health
 from shardprep.inputs.discover import InputFile
+from shardprep.inputs.planned import PlannedSize, check_unchanged, rows_then_check
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +72,8 @@ class SkipLog:
     strict: bool = False
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(SKIP_REASONS, 0))
     examples: list[dict] = field(default_factory=list)
+    nul_bytes: int = 0                                     # in the raw text read (see inputs.health)
+    warnings: list[str] = field(default_factory=list)      # inputs that look binary or mis-encoded
 
     def skip(self, reason: str, path: str, line: int | None, detail: str = "", *, byte: int | None = None) -> None:
         where = f"{path}:{line}" if line is not None else f"{path} (line at byte {byte})"
@@ -85,54 +89,12 @@ class SkipLog:
         return sum(self.counts.values())
 
 
-def changed_since_planned(inp: InputFile, st: os.stat_result) -> str | None:
-    """How the file behind ``st`` differs from the planned ``inp`` (size, mtime), or None when it does not."""
-    if st.st_size != inp.size:
-        return f"size {inp.size} -> {st.st_size} bytes"
-    if st.st_mtime_ns != inp.mtime_ns:
-        return "modified (same size, new mtime)"
-    return None
-
-
-def _check_unchanged(inp: InputFile, st: os.stat_result) -> None:
-    """After reading: the bytes read are the planned ones only if the file did not change meanwhile."""
-    change = changed_since_planned(inp, st)
-    if change:
-        raise InputDataError(f"input {inp.path} changed while its task was reading it ({change}); "
-                             f"the shard was not written", hint="re-plan into a new output directory "
-                                                                "once the file is final")
-
-
 class _CorruptStream(Exception):
     """Reading the (decompressed) stream failed at byte ``at``; ``_lines`` decides what to report."""
 
     def __init__(self, at: int, cause: BaseException):
         super().__init__(at, cause)
         self.at, self.cause = at, cause
-
-
-class _Planned(io.RawIOBase):
-    """A raw file that ends at the planned size: bytes appended after planning are never read."""
-
-    def __init__(self, raw: IO[bytes], size: int):
-        self._raw, self._left = raw, size
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, b) -> int:  # type: ignore[override]
-        if self._left <= 0:
-            return 0
-        n = self._raw.readinto(memoryview(b)[:self._left]) or 0  # type: ignore[attr-defined]
-        self._left -= n
-        return n
-
-    def fileno(self) -> int:
-        return self._raw.fileno()
-
-    def close(self) -> None:
-        self._raw.close()
-        super().close()
 
 
 def _open_binary(inp: InputFile) -> tuple[int, IO[bytes]]:
@@ -143,7 +105,7 @@ def _open_binary(inp: InputFile) -> tuple[int, IO[bytes]]:
         raise InputDataError(f"input {inp.path} is not readable: {e.strerror}") from None
     if inp.compression is None:
         return raw.fileno(), io.BufferedReader(raw, buffer_size=_READ_BLOCK)
-    planned = _Planned(raw, inp.size)
+    planned = PlannedSize(raw, inp.size)
     if inp.compression == "gz":
         stream = gzip.GzipFile(fileobj=io.BufferedReader(planned, buffer_size=_READ_BLOCK))
         return raw.fileno(), io.BufferedReader(stream, buffer_size=_READ_BLOCK)  # type: ignore[arg-type]
@@ -168,9 +130,9 @@ def _lines(inp: InputFile, item: WorkItem, limit: int, skips: SkipLog) -> Iterat
         try:
             yield from _scan_lines(f, inp.path, item.start, end, item.first_line, limit, skips)
         except _CorruptStream as e:  # a corrupt gzip/zstd stream, or one cut short by a truncation
-            _check_unchanged(inp, os.fstat(fd))
+            check_unchanged(inp, os.fstat(fd))
             raise InputDataError(f"{inp.path}: cannot read input near byte {e.at}: {e.cause}") from None
-        _check_unchanged(inp, os.fstat(fd))
+        check_unchanged(inp, os.fstat(fd))
     finally:
         f.close()
 
@@ -195,6 +157,7 @@ def _scan_lines(f: IO[bytes], path: str, start: int, end: int | None, lineno: in
             raise _CorruptStream(pos + carried_len, e) from None
         if not block:
             break
+        skips.nul_bytes += block.count(b"\0")
         pieces = block.split(b"\n")
         rest = pieces.pop()     # after the block's last newline: an unfinished line (or b"")
         for piece in pieces:
@@ -367,16 +330,6 @@ def _arrow(inp: InputFile, item: WorkItem, opts: TokenizeOptions, skips: SkipLog
     return _row_texts(inp.path, iter_column(inp.path, opts.text_field, item.start, item.end), opts, skips)
 
 
-def _rows_then_check(inp: InputFile, docs: Iterator[str]) -> Iterator[str]:
-    """A tabular reader's documents, then the check that the file did not change while they were read."""
-    yield from docs
-    try:
-        st = os.stat(inp.path)
-    except OSError as e:
-        raise InputDataError(f"input {inp.path} is not readable: {e.strerror}") from None
-    _check_unchanged(inp, st)
-
-
 def iter_documents(inp: InputFile, item: WorkItem, opts: TokenizeOptions, skips: SkipLog) -> Iterator[str]:
     """Documents of one work item, in file order; skips are recorded in ``skips``.
 
@@ -387,9 +340,8 @@ def iter_documents(inp: InputFile, item: WorkItem, opts: TokenizeOptions, skips:
         if item.end is None and inp.rows is not None:
             item = replace(item, end=inp.rows)
         read = _parquet if inp.format == "parquet" else _arrow
-        return _rows_then_check(inp, read(inp, item, opts, skips))
-    if inp.format == "jsonl":
-        return _jsonl(inp, item, opts, skips)
-    if opts.txt_mode == "paragraph":
-        return _txt_paragraphs(inp, item, opts, skips)
-    return _txt_lines(inp, item, opts, skips)
+        docs = rows_then_check(inp, read(inp, item, opts, skips))
+    else:
+        read = _jsonl if inp.format == "jsonl" else _txt_paragraphs if opts.txt_mode == "paragraph" else _txt_lines
+        docs = read(inp, item, opts, skips)
+    return health.watch(inp, item, docs, skips)
