@@ -165,7 +165,7 @@ def encode_pool(corpus: str, tokenizer: str, backend: str, workers: int) -> dict
 
 def local_run(output: str, workers: int) -> dict:
     """Every task of a plan through the local executor (spawned processes, 1 thread each), timed."""
-    from shardprep.executor.local import LocalExecutor
+    from shardprep.executor.local import LocalExecutor, LocalOptions
     from shardprep.job.state import job_state
 
     import resource
@@ -177,7 +177,7 @@ def local_run(output: str, workers: int) -> dict:
     todo = job_state(Path(output)).missing
     before = children_cpu()
     with _Clock() as c:
-        LocalExecutor(workers, finalize=False, show_progress=False).launch(Path(output), todo)
+        LocalExecutor(LocalOptions(workers, show_progress=False), finalize=False).launch(Path(output), todo)
     sidecars = [json.loads(p.read_text()) for p in sorted(Path(output).glob("shard-*.json"))]
     # the pool's worker processes are reaped when the executor returns, so their CPU is counted here
     return {"tokens": sum(s["tokens"] for s in sidecars), "cpu_s": c.cpu_s, "wall_s": c.wall_s,

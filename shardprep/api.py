@@ -62,7 +62,7 @@ def tokenize_directory(inputs: str | Path | Sequence[str | Path], output: str | 
                        workers: int | None = None, overwrite: bool = False, target_task_bytes: int | None = None,
                        show_progress: bool = False, **options: Any) -> Path:
     """Plan, run every task locally and finalize; return the output directory (holding index.json)."""
-    from shardprep.executor.local import LocalExecutor
+    from shardprep.executor.local import LocalExecutor, LocalOptions
     from shardprep.job.state import job_state
 
     if isinstance(inputs, (str, Path)):
@@ -70,5 +70,5 @@ def tokenize_directory(inputs: str | Path | Sequence[str | Path], output: str | 
     plan_job(inputs, output, tokenizer, TokenizeOptions(**options), PlanOptions(target_task_bytes),
              overwrite=overwrite)
     missing = job_state(Path(output)).missing
-    LocalExecutor(workers, show_progress=show_progress).launch(Path(output), missing)
+    LocalExecutor(LocalOptions(workers, show_progress)).launch(Path(output), missing)
     return Path(output)

@@ -10,7 +10,7 @@ from __future__ import annotations
 # Exit codes.  Documented in docs/architecture.md; keep the two in step.
 EXIT_OK = 0
 EXIT_INTERNAL = 1          # a bug: unexpected exception
-EXIT_USAGE = 2             # bad command line or configuration (argparse uses 2 as well)
+EXIT_USAGE = 2             # bad command line or configuration (the command-line parser uses 2 as well)
 EXIT_INPUT = 3             # bad or unreadable input data, zero documents, strict-mode violation
 EXIT_PLAN_CONFLICT = 4     # output directory holds a different frozen plan / tokenizer
 EXIT_INCOMPLETE = 5        # tasks missing or failed, verification failed

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from shardprep.storage import lustre
+from shardprep.cli.args import add_stripe_arguments, stripe_layout_from_args
 from shardprep.errors import ConfigError, EnvironmentProblem
+from shardprep.storage import lustre
 from shardprep.storage.lustre import (DEFAULT_SHARD_LAYOUT, LUSTRE_SUPER_MAGIC, STAGED_INPUT_LAYOUT, StripeLayout,
-                              add_stripe_arguments, is_lustre, mount_for, parse_mounts, prepare_output_dir,
-                              stripe_layout_from_args)
+                                      is_lustre, mount_for, parse_mounts, prepare_output_dir)
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
 from fake_lfs import install as install_fake_lfs  # noqa: E402
@@ -73,14 +73,16 @@ def test_statfs_magic_of_this_machine_is_a_real_number(tmp_path):
 
 # ---------------------------------------------------------------------------------------- layouts
 
-def _args(*argv: str) -> argparse.Namespace:
+def _layout(*argv: str, default: StripeLayout = DEFAULT_SHARD_LAYOUT) -> StripeLayout | None:
+    """The layout ``argv`` asks for, through the CLI's striping options."""
     p = argparse.ArgumentParser()
-    add_stripe_arguments(p)
-    return p.parse_args(list(argv))
+    add_stripe_arguments(p, default=default)
+    return stripe_layout_from_args(p.parse_args(list(argv)), default=default)
 
 
 def test_default_layout_is_the_progressive_one():
-    assert stripe_layout_from_args(_args()) == DEFAULT_SHARD_LAYOUT
+    assert _layout() == DEFAULT_SHARD_LAYOUT
+    assert _layout(default=STAGED_INPUT_LAYOUT) == STAGED_INPUT_LAYOUT     # what `stage` passes
     assert DEFAULT_SHARD_LAYOUT.command(Path("/fsx/out")) == [
         "lfs", "setstripe", "-E", "128M", "-c", "1", "-S", "1M", "-E", "4G", "-c", "4", "-S", "1M",
         "-E", "-1", "-c", "8", "-S", "1M", "/fsx/out"]
@@ -88,12 +90,12 @@ def test_default_layout_is_the_progressive_one():
 
 
 def test_layout_options():
-    assert stripe_layout_from_args(_args("--stripe-count", "16", "--stripe-size", "4M")).args == (
+    assert _layout("--stripe-count", "16", "--stripe-size", "4M").args == (
         "-c", "16", "-S", "4M")
-    assert stripe_layout_from_args(_args("--stripe-count", "-1")).args == ("-c", "-1")
-    raw = stripe_layout_from_args(_args("--stripe-layout", "-E 256M -c 1 -E -1 -c 16 -S 4M"))
+    assert _layout("--stripe-count", "-1").args == ("-c", "-1")
+    raw = _layout("--stripe-layout", "-E 256M -c 1 -E -1 -c 16 -S 4M")
     assert raw.args == ("-E", "256M", "-c", "1", "-E", "-1", "-c", "16", "-S", "4M")
-    assert stripe_layout_from_args(_args("--no-stripe")) is None
+    assert _layout("--no-stripe") is None
 
 
 @pytest.mark.parametrize("argv,needle", [
@@ -108,7 +110,7 @@ def test_layout_options():
 ])
 def test_bad_layout_options_name_the_option(argv, needle):
     with pytest.raises(ConfigError) as e:
-        stripe_layout_from_args(_args(*argv))
+        _layout(*argv)
     assert needle in str(e.value)
 
 

@@ -1,6 +1,7 @@
-"""Fast checks of the Slurm executors without a cluster: options, rendering, dry-run output checked
-against the options given, MaxArraySize splitting, the shared throttle, array syntax, status parsing,
-and the batch script's signal/requeue logic (run with bash and a stand-in task)."""
+"""Fast checks of the Slurm executors without a cluster: options, the submission plan (MaxArraySize
+splitting, the shared throttle, the finalize dependency; property-based), rendering, dry-run output checked
+against the options given and byte for byte against the output of the code before the plan existed,
+array syntax, status parsing, and the batch script's signal/requeue logic (bash with a stand-in task)."""
 
 from __future__ import annotations
 
@@ -18,15 +19,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardprep.errors import ConfigError
-from shardprep.executor.slurm.sbatch import SlurmExecutor
+from shardprep.executor.slurm import commands as slurm_cmd
 from shardprep.executor.slurm.jobs import latest_attempts
 from shardprep.executor.slurm.options import SlurmOptions, parse_slurm_time
-from shardprep.executor.slurm.render import (SBATCH_MARKER, TEMPLATES, plan_arrays, render_tokenize,
-                                             template_text)
+from shardprep.executor.slurm.render import PASSED_ENV, SBATCH_MARKER, TEMPLATES, render_tokenize, template_text
+from shardprep.executor.slurm.sbatch import SlurmExecutor
 from shardprep.executor.slurm.state import exit_status_from_log
+from shardprep.executor.slurm.submission import SubmissionPlan
 from shardprep.executor.slurm.submitit import SubmititExecutor, extra_as_parameters
 
 REPO = Path(__file__).resolve().parents[1]
+GOLDEN = Path(__file__).parent / "fixtures" / "slurm_golden"
+
+
+def plan_arrays(task_ids, max_array_size, indexing="offset"):
+    return SubmissionPlan.build(task_ids, max_array_size=max_array_size, indexing=indexing).arrays
 
 
 def sbatch_lines(script: str) -> dict[str, list[str]]:
@@ -92,25 +99,46 @@ def test_bad_option_on_the_command_line_exits_2_naming_it(tmp_path, sample_token
     assert "--mem" in proc.stderr and "16 G" in proc.stderr
 
 
-# --- array planning ----------------------------------------------------------------------------------
+# --- the submission plan --------------------------------------------------------------------------------
 
-@settings(max_examples=200, deadline=None)
-@given(ids=st.sets(st.integers(0, 5000), max_size=300), max_size=st.integers(1, 1200))
-def test_plan_arrays_covers_every_id_once_within_max_array_size(ids, max_size):
-    chunks = plan_arrays(sorted(ids), max_size)
-    ran = [t for c in chunks for t in c.task_ids]
-    assert sorted(ran) == sorted(ids) and len(ran) == len(set(ran))
-    for c in chunks:
-        assert c.indices and all(0 <= i < max_size for i in c.indices)
-        assert c.indices[0] == 0                      # offset is the chunk's first id
-        assert list(c.indices) == sorted(c.indices)
-    # chunks are in id order and do not interleave
-    assert all(a.task_ids[-1] < b.task_ids[0] for a, b in zip(chunks, chunks[1:]))
+@settings(max_examples=300, deadline=None)
+@given(ids=st.sets(st.integers(0, 5000), max_size=300), max_size=st.integers(1, 1200),
+       throttle=st.none() | st.integers(1, 50), indexing=st.sampled_from(["offset", "position"]),
+       finalize=st.booleans(), finalized=st.booleans())
+def test_submission_plan_properties(ids, max_size, throttle, indexing, finalize, finalized):
+    plan = SubmissionPlan.build(sorted(ids, reverse=True), max_array_size=max_size, throttle=throttle,
+                                indexing=indexing, finalize=finalize, finalized=finalized)
+    ran = [t for a in plan.arrays for t in a.task_ids]
+    assert sorted(ran) == sorted(ids) and len(ran) == len(set(ran))        # every id in exactly one array
+    for k, a in enumerate(plan.arrays):
+        assert a.number == k and a.task_ids and len(a.task_ids) == len(a.indices) <= max_size
+        assert all(0 <= i < max_size for i in a.indices)                     # Slurm accepts every index
+        assert list(a.task_ids) == sorted(a.task_ids) and list(a.indices) == sorted(a.indices)
+        if indexing == "offset":                                             # index i runs task offset + i
+            assert a.offset == a.task_ids[0] and a.indices[0] == 0
+            assert all(t == a.offset + i for t, i in zip(a.task_ids, a.indices))
+        else:                                                                # map_array numbers its arguments
+            assert a.offset is None and a.indices == tuple(range(len(a.task_ids)))
+        # one throttle for the whole submission: several throttled arrays run one after the other
+        assert a.after == (k - 1 if throttle and len(plan.arrays) > 1 and k > 0 else None)
+    assert all(a.task_ids[-1] < b.task_ids[0] for a, b in zip(plan.arrays, plan.arrays[1:]))
+    assert plan.finalize == (finalize and (bool(ids) or not finalized))
+    job_ids = [f"J{k}" for k in range(len(plan.arrays))]
+    if plan.finalize:                                                        # finalize waits for every array
+        assert plan.finalize_after == tuple(range(len(plan.arrays)))
+        dep = plan.finalize_dependency(job_ids)
+        assert (dep is None) == (not plan.arrays)
+        assert dep is None or dep.split(":") == ["afterok", *job_ids]
+    else:
+        assert plan.finalize_after == ()
+    assert plan.throttle_mode == ("none" if not throttle else "chained" if len(plan.arrays) > 1 else "single-array")
 
 
-@given(n=st.integers(1, 5000), max_size=st.integers(1, 1200))
-def test_contiguous_ids_need_ceil_n_over_max_arrays(n, max_size):
-    assert len(plan_arrays(range(n), max_size)) == -(-n // max_size)
+@given(n=st.integers(1, 5000), max_size=st.integers(1, 1200), indexing=st.sampled_from(["offset", "position"]))
+def test_contiguous_ids_need_ceil_n_over_max_arrays_either_way(n, max_size, indexing):
+    assert len(plan_arrays(range(n), max_size, indexing)) == -(-n // max_size)
+    assert [a.task_ids for a in plan_arrays(range(n), max_size, "offset")] == \
+           [a.task_ids for a in plan_arrays(range(n), max_size, "position")]
 
 
 def test_resume_ids_use_array_syntax():
@@ -121,6 +149,8 @@ def test_resume_ids_use_array_syntax():
     # a sparse resume set far beyond MaxArraySize still fits: offsets keep every index small
     chunks = plan_arrays([5, 2500, 2501], 1001)
     assert [(c.offset, c.array_spec()) for c in chunks] == [(5, "0"), (2500, "0-1")]
+    (chunk,) = plan_arrays([5, 2500, 2501], 1001, "position")     # submitit: one call of three
+    assert chunk.indices == (0, 1, 2) and chunk.task_ids == (5, 2500, 2501)
 
 
 # --- rendering -----------------------------------------------------------------------------------------
@@ -131,8 +161,8 @@ def test_rendered_script_carries_the_options_and_no_foreign_environment(tmp_path
                         extra_sbatch=("--exclusive", "#SBATCH --comment=shardprep"), signal_seconds=300)
     environ = {"PATH": "/opt/py/bin:/usr/bin", "PYTHONPATH": "/src", "AWS_SECRET_ACCESS_KEY": "s3cr3t",
                "HF_TOKEN": "hf_abc", "RAYON_NUM_THREADS": "4", "HOME": "/home/u"}
-    (chunk,) = plan_arrays(range(10, 20), 1001)
-    text = render_tokenize(opts, tmp_path, chunk, environ=environ)
+    (array,) = plan_arrays(range(10, 20), 1001)
+    text = render_tokenize(opts, tmp_path, array, environ=environ)
     assert SBATCH_MARKER not in text
     assert effective(text, "--array") == "0-9%64"
     assert effective(text, "--output") == f"{tmp_path}/logs/%A_%a.out"
@@ -165,19 +195,55 @@ def test_max_array_size_splits_and_chains_the_throttle(tmp_path):
     """10 tasks, MaxArraySize 4, throttle 2: three arrays, each %2, each after the previous (afterany),
     so at most 2 tasks run at a time overall; one finalize afterok on all three."""
     ex = SlurmExecutor(SlurmOptions(max_parallel=2))
-    jobs = ex.plan_jobs(tmp_path, list(range(10)), 4, 1)
+    plan = ex.plan(tmp_path, list(range(10)), 4)
+    jobs = ex.render(tmp_path, plan, 1)
     arrays = [j for j in jobs if j.kind == "tokenize"]
     assert [effective(j.text, "--array") for j in arrays] == ["0-3%2", "0-3%2", "0-1%2"]
-    assert [j.chunk.offset for j in arrays] == [0, 4, 8]
-    assert [j.after for j in arrays] == ["", "afterany", "afterany"]
-    text = "\n".join(ex._dry_run_text(tmp_path, jobs))
+    assert [j.array.offset for j in arrays] == [0, 4, 8]
+    assert [j.array.after for j in arrays] == [None, 0, 1] and jobs[-1].kind == "finalize"
+    text = "\n".join(ex._dry_run_text(tmp_path, plan))
     assert "--dependency=afterany:<job id of array 0>" in text
     assert "--dependency=afterany:<job id of array 1>" in text
     assert ("--dependency=afterok:<job id of array 0>:<job id of array 1>:<job id of array 2> "
             "--kill-on-invalid-dep=yes") in text
     # without a throttle nothing is chained: the arrays may run side by side
-    free = SlurmExecutor(SlurmOptions()).plan_jobs(tmp_path, list(range(10)), 4, 1)
-    assert [j.after for j in free if j.kind == "tokenize"] == ["", "", ""]
+    free = SlurmExecutor(SlurmOptions()).plan(tmp_path, list(range(10)), 4)
+    assert [a.after for a in free.arrays] == [None, None, None]
+
+
+# The dry-run output (scripts, sbatch command lines, submitit calls) of these submissions, as rendered by
+# the executors before they shared the SubmissionPlan (tests/fixtures/slurm_golden/, with the interpreter
+# replaced by @PYTHON@).  The same plan must render byte-identical scripts.  If a template or the rendering
+# changes on purpose, regenerate them: SHARDPREP_REGEN_GOLDEN=1 pytest tests/test_slurm_render.py -k golden
+_RICH = dict(partition="cpu", account="proj1", qos="normal", time="02:00:00", mem="16G", cpus_per_task=8,
+             constraint="skylake|icelake", extra_sbatch=("--exclusive", "#SBATCH --comment=shardprep"),
+             signal_seconds=300, job_name="tok")
+GOLDEN_CASES = {
+    "chained": (list(range(10)), 4, SlurmOptions(max_parallel=2, **_RICH), True),
+    "split-free": (list(range(10)), 4, SlurmOptions(), True),
+    "sparse-resume": ([3, 1500, 1502], 1001, SlurmOptions(max_parallel=5, time="30"), True),
+    "single": ([0, 1, 2], 1001, SlurmOptions(), True),
+    "single-throttled": ([0, 2, 5, 6, 7], 1001, SlurmOptions(max_parallel=3, **_RICH), True),
+    "no-finalize": (list(range(5)), 2, SlurmOptions(max_parallel=1), False),
+    "finalize-only": ([], 1001, SlurmOptions(partition="p"), True),
+}
+
+
+@pytest.mark.parametrize("executor", [SlurmExecutor, SubmititExecutor], ids=lambda c: c.name)
+@pytest.mark.parametrize("case", sorted(GOLDEN_CASES))
+def test_dry_run_output_is_byte_identical_to_the_golden_files(case, executor, monkeypatch):
+    ids, max_size, options, finalize = GOLDEN_CASES[case]
+    for name in PASSED_ENV:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    monkeypatch.setattr(slurm_cmd, "max_array_size", lambda: (max_size, "golden"))
+    output = Path("/nonexistent/shardprep-golden/out")
+    report = executor(options, finalize=finalize).launch(output, ids, dry_run=True)
+    text = "\n".join(report.scripts).replace(sys.executable, "@PYTHON@")
+    golden = GOLDEN / f"{executor.name}-{case}.txt"
+    if os.environ.get("SHARDPREP_REGEN_GOLDEN"):
+        golden.write_text(text)
+    assert text == golden.read_text()
 
 
 def test_dry_run_prints_scripts_matching_the_options_and_submits_nothing(tmp_path, sample_tokenizer):
@@ -261,8 +327,8 @@ sys.exit(0)
 def _script_with_stand_in(tmp_path: Path, task: int, bindir: Path, fake_python: Path) -> Path:
     """The rendered tokenize script for ``task``, with ``fake_python`` in place of the interpreter."""
     fake_python.chmod(0o755)
-    (chunk,) = plan_arrays([task], 1001)
-    text = render_tokenize(SlurmOptions(), tmp_path, chunk, environ={"PATH": f"{bindir}:/usr/bin:/bin"})
+    (array,) = plan_arrays([task], 1001)
+    text = render_tokenize(SlurmOptions(), tmp_path, array, environ={"PATH": f"{bindir}:/usr/bin:/bin"})
     script = tmp_path / "t.sbatch"
     interpreter = f"export SHARDPREP_PYTHON={sys.executable}"
     script.write_text(text.replace(interpreter, f"export SHARDPREP_PYTHON={fake_python}"))
@@ -342,12 +408,12 @@ def test_status_without_slurm_answers_reads_failures_from_the_logs(tmp_path, sam
 def test_resume_keeps_recorded_options_unless_given_again():
     import argparse
 
-    from shardprep.executor.slurm.options import add_slurm_arguments, slurm_options_from_args
+    from shardprep.cli.args import add_slurm_arguments, slurm_options_from_args
 
     p = argparse.ArgumentParser()
     add_slurm_arguments(p)
     recorded = SlurmOptions(partition="cpu", time="02:00:00", cpus_per_task=8, max_parallel=64).to_dict()
-    opts = slurm_options_from_args(p.parse_args(["--partition", "long"]), recorded=recorded)
+    opts = slurm_options_from_args(p.parse_args(["--partition", "long"]), SlurmOptions.from_dict(recorded))
     assert (opts.partition, opts.time, opts.cpus_per_task, opts.max_parallel) == ("long", "02:00:00", 8, 64)
     fresh = slurm_options_from_args(p.parse_args([]))
     assert (fresh.cpus_per_task, fresh.signal_seconds, fresh.max_parallel) == (1, 120, None)

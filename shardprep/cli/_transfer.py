@@ -1,34 +1,13 @@
-"""Options and output shared by the transfer commands ``stage`` and ``upload`` (one place, same words)."""
+"""Output shared by the transfer commands ``stage`` and ``upload`` (one place, same words); their options
+are in ``shardprep.cli.args``."""
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 import orjson
 
-from shardprep.cli._options import size_arg
-from shardprep.storage.s3 import add_client_arguments
 from shardprep.staging.summary import TransferSummary, human_bytes
-
-
-def add_transfer_arguments(p: argparse.ArgumentParser, *, what: str, concurrency: int, part_help: str) -> None:
-    """Filters, concurrency, part size, dry run, output mode, progress and the S3 connection options.
-
-    ``what`` names the things filtered ("keys (below the prefix)" or "files (relative paths)").
-    """
-    p.add_argument("--include", action="append", default=[], metavar="GLOB",
-                   help=f"only {what} matching this glob; repeatable; * also matches /")
-    p.add_argument("--exclude", action="append", default=[], metavar="GLOB",
-                   help=f"skip {what} matching this glob; repeatable; applied after --include")
-    p.add_argument("--concurrency", type=int, default=concurrency, help="objects and parts transferred at once")
-    p.add_argument("--part-size", type=size_arg, default="16M", help=part_help)
-    p.add_argument("--dry-run", action="store_true", help="list what would be transferred and the total bytes; "
-                                                          "transfer nothing")
-    p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
-    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                   help="byte progress bar on stderr; unset means only when stderr is a terminal")
-    add_client_arguments(p)
 
 
 def finish(summary: TransferSummary, *, as_json: bool) -> int:

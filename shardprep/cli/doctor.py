@@ -6,6 +6,10 @@ import argparse
 import os
 import sys
 
+from shardprep.cli.args import add_field
+from shardprep.executor import EXECUTORS
+from shardprep.job.options import TokenizeOptions
+
 NAME = "doctor"
 HELP = "check tokenizer, CPUs, memory, output file system, free space, Slurm and environment before a job"
 DESCRIPTION = """Run every check and print a verdict (ok / warn / fail) with the fix for each.
@@ -25,8 +29,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--input", "-i", action="append", default=[], metavar="PATH",
                    help="the job's inputs (as for submit; repeatable): checked, sampled for speed, and used to "
                         "estimate the output size")
-    p.add_argument("--text-field", default="text", help="jsonl key / parquet or arrow column holding the text")
-    p.add_argument("--executor", choices=("local", "slurm", "submitit"), default=None,
+    add_field(p, "--text-field", owner=TokenizeOptions, help="jsonl key / parquet or arrow column holding the text")
+    p.add_argument("--executor", choices=EXECUTORS, default=None,
                    help="the executor you will use; with slurm or submitit a missing or unreachable Slurm is a "
                         "failure, otherwise a warning")
     p.add_argument("--json", action="store_true", help="print the report as JSON (schema in docs/doctor.md)")

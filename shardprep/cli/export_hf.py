@@ -23,29 +23,33 @@ examples:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from shardprep.cli.args import add_field
+    from shardprep.hf.export import FORMATS, ExportRequest as Req
+
     p.add_argument("source", metavar="SOURCE",
                    help="save_to_disk directory, builder name (json/parquet/text/csv/arrow) or hub dataset id")
-    p.add_argument("--config", default=None, help="hub dataset configuration (subset) name")
-    p.add_argument("--split", default=None,
-                   help="split to export (default: train; for a saved DatasetDict, one of its splits)")
-    p.add_argument("--data-files", action="append", default=[], metavar="GLOB",
-                   help="local files for a builder name (repeatable; globs expanded here, sorted), or file "
-                        "patterns inside a hub repository")
+    add_field(p, "--config", owner=Req, help="hub dataset configuration (subset) name")
+    add_field(p, "--split", owner=Req,
+              help="split to export (default: train; for a saved DatasetDict, one of its splits)")
+    add_field(p, "--data-files", owner=Req, action="append", default=[], metavar="GLOB",
+              help="local files for a builder name (repeatable; globs expanded here, sorted), or file "
+                   "patterns inside a hub repository")
     p.add_argument("--num-files", "-n", type=int, required=True, help="number of output files")
     p.add_argument("--output", "-o", required=True, metavar="DIR", help="output directory")
-    p.add_argument("--format", choices=("jsonl", "txt"), default="jsonl",
-                   help='jsonl: one {"text": ...} object per line (keeps line breaks); txt: one document per '
-                        "line (texts with line breaks are refused)")
-    p.add_argument("--text-field", default="text", help="dataset column holding the text")
-    p.add_argument("--id-field", default=None,
-                   help='dataset column to keep as "id" in each jsonl line (jsonl only)')
+    add_field(p, "--format", owner=Req, choices=FORMATS,
+              help='jsonl: one {"text": ...} object per line (keeps line breaks); txt: one document per '
+                   "line (texts with line breaks are refused)")
+    add_field(p, "--text-field", owner=Req, help="dataset column holding the text")
+    add_field(p, "--id-field", owner=Req,
+              help='dataset column to keep as "id" in each jsonl line (jsonl only)')
     p.add_argument("--no-progress", action="store_true", help="no progress bars on stderr")
 
 
 def run(args: argparse.Namespace) -> int:
-    import datasets
-
+    from shardprep._extras import require
     from shardprep.hf.export import ExportRequest, balance_ratio, export, summary_line
+
+    datasets = require("datasets", feature="exporting a Hugging Face dataset")
 
     # The export reads Arrow batches only; without this, every streamed dataset imports torch (1-2 s) just to
     # share an epoch counter with DataLoader workers.  This process is ours, so the switch is safe here.

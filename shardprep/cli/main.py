@@ -27,6 +27,7 @@ COMMANDS: tuple[str, ...] = (
     "finalize",
     "verify",
     "inspect",
+    "report",
     "demo",
     "export_hf",
     "doctor",
@@ -36,8 +37,21 @@ COMMANDS: tuple[str, ...] = (
 )
 
 
-class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Shows every option's default and keeps description paragraphs as written."""
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Shows each option's default (taken from the option dataclasses, see ``cli.args``) and keeps
+    description paragraphs as written.
+
+    A default is appended unless the help already says what happens by default, or it says nothing:
+    None (unset), flags (``store_true``/``store_false``: the help says what the flag does) and empty
+    repeatable lists.
+    """
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        quiet = (action.default in (None, argparse.SUPPRESS, []) or "default" in text
+                 or isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction))
+                 or not action.option_strings)
+        return text if quiet else f"{text} (default: %(default)s)"
 
 
 def command_module(argv: Sequence[str]) -> str | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from shardprep.cli._options import add_plan_arguments, plan_from_args
+from shardprep.cli.args import add_plan_arguments, plan_from_args
 from shardprep.job.state import format_array_ranges, job_state
 
 NAME = "plan"

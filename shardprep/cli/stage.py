@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from shardprep.cli._transfer import add_transfer_arguments, finish, print_dry_run
+from pathlib import Path
+
+from shardprep.cli._transfer import finish, print_dry_run
+from shardprep.cli.args import (add_stage_submit_arguments, add_stripe_arguments, add_transfer_arguments,
+                                field_default, stage_job_from_args, stripe_layout_from_args, transfer_options_from_args)
+from shardprep._extras import require
 from shardprep.errors import ConfigError
-from shardprep.storage.lustre import STAGED_INPUT_LAYOUT, add_stripe_arguments, stripe_layout_from_args
-from shardprep.storage.s3 import client_options_from_args, make_client
 
 NAME = "stage"
 HELP = "copy an S3 prefix to a local or Lustre directory, verified and resumable"
@@ -30,37 +33,37 @@ keys (nothing written); 7 some objects failed (the others landed; re-run to retr
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from shardprep.staging.stage import StageOptions
+
     p.add_argument("source", metavar="s3://BUCKET/PREFIX/", help="S3 prefix to copy (treated as a directory)")
     p.add_argument("dest", metavar="DEST", help="destination directory (created if missing)")
-    add_transfer_arguments(p, what="keys (below the prefix)", concurrency=32,
+    add_transfer_arguments(p, StageOptions, what="keys (below the prefix)",
                            part_help="objects at least this big are fetched as concurrent ranged parts of this size")
-    add_stripe_arguments(p, default_help="a single stripe per file (-c 1 -S 1M)")
-    from shardprep.executor.slurm.stage_job import add_stage_submit_arguments  # the Slurm helper's options
-
+    add_stripe_arguments(p, default=field_default(StageOptions, "layout"), what="a single stripe per file")
     add_stage_submit_arguments(p)
 
 
 def options_from_args(args: argparse.Namespace):
+    """The ``StageOptions`` of this command line (the stage job re-creates them with ``to_argv``)."""
     from shardprep.staging.stage import StageOptions
 
-    return StageOptions(
-        source=args.source, dest=args.dest, include=tuple(args.include), exclude=tuple(args.exclude),
-        concurrency=args.concurrency, multipart_threshold=args.part_size, multipart_chunksize=args.part_size,
-        layout=stripe_layout_from_args(args, default=STAGED_INPUT_LAYOUT), progress=args.progress,
-        client=client_options_from_args(args, concurrency=args.concurrency),
-    )
+    layout = stripe_layout_from_args(args, default=field_default(StageOptions, "layout"))
+    return transfer_options_from_args(StageOptions, args, layout=layout)
 
 
 def run(args: argparse.Namespace) -> int:
     from shardprep.staging.stage import plan_stage, stage_prefix
+    from shardprep.storage.s3 import make_client
 
     options = options_from_args(args)
+    require("boto3", feature="staging from S3")    # also with --submit: the job runs this same interpreter
     if args.then_tokenize is not None and not args.submit:
         raise ConfigError("--then-tokenize needs --submit (it runs inside the Slurm stage job)")
     if args.submit:
         from shardprep.executor.slurm.stage_job import submit_stage
 
-        record = submit_stage(options, args, dry_run=args.dry_run)
+        slurm, then_submit = stage_job_from_args(args, Path(options.dest).resolve())
+        record = submit_stage(options, slurm, then_submit, dry_run=args.dry_run)
         print(record["script"] if args.dry_run else record["job_id"])
         return 0
     if args.dry_run:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from shardprep.cli._options import add_plan_arguments, plan_from_args
+from shardprep.cli.args import (add_executor_arguments, add_plan_arguments, add_slurm_arguments, executor_from_args,
+                                plan_from_args)
 from shardprep.errors import ConfigError
-from shardprep.executor import EXECUTORS, make_executor
-from shardprep.executor.slurm.options import add_slurm_arguments
+from shardprep.executor import make_executor
 from shardprep.job.state import format_array_ranges, job_state, load_job
 from shardprep.storage.atomic import read_json
 from shardprep.shard.format import INDEX_FILE, TOKENIZER_FILE
@@ -24,17 +24,12 @@ frozen plan without re-specifying it."""
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_plan_arguments(p, required=False)
     g = p.add_argument_group("execution")
-    g.add_argument("--executor", choices=EXECUTORS, default=None,
-                   help="local: process pool here; slurm: sbatch job array; submitit: submitit on Slurm "
-                        "(default: local, or with --resume the executor of the last Slurm submission)")
+    add_executor_arguments(g)
     g.add_argument("--resume", metavar="DIR", default=None,
                    help="continue the frozen plan in DIR: launch exactly its missing tasks (refuses if the plan "
                         "or tokenizer changed)")
     g.add_argument("--dry-run", action="store_true", help="plan and show what would run; run/submit nothing")
-    g.add_argument("--workers", type=int, default=None,
-                   help="local executor: parallel task processes (default: usable CPUs)")
     g.add_argument("--no-finalize", action="store_true", help="do not write index.json after the tasks")
-    g.add_argument("--no-progress", action="store_true", help="local executor: no progress bar")
     add_slurm_arguments(p)
 
 
@@ -52,6 +47,9 @@ def _resume(args: argparse.Namespace) -> tuple[Path, dict]:
 
 
 def run(args: argparse.Namespace) -> int:
+    # the executor first: a missing extra or a bad Slurm option fails before anything is planned or written
+    name, options = executor_from_args(args, resume=Path(args.resume) if args.resume else None)
+    executor = make_executor(name, options, finalize=not args.no_finalize)
     if args.resume:
         output, job = _resume(args)
     else:
@@ -62,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     state = job_state(output, job)
     todo = state.missing
     print(f"{output}: {state.n_tasks} task(s), {len(state.done)} done, to run: {format_array_ranges(todo) or 'none'}")
-    report = make_executor(args.executor, args).launch(output, todo, dry_run=args.dry_run)
+    report = executor.launch(output, todo, dry_run=args.dry_run)
     for script in report.scripts:
         print(script)
     if report.job_ids:

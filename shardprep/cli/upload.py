@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from shardprep.cli._transfer import add_transfer_arguments, finish, print_dry_run
-from shardprep.storage.s3 import client_options_from_args, make_client
+from shardprep.cli._transfer import finish, print_dry_run
+from shardprep.cli.args import add_field, add_transfer_arguments, transfer_options_from_args
 
 NAME = "upload"
 HELP = "upload an output directory (shards, sidecars, index.json last) to an S3 prefix"
@@ -23,25 +23,29 @@ differs from its sidecar's sha256, or a file changed while it was uploaded (that
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from shardprep.staging.upload import CHECKSUM_ALGORITHMS
+    from shardprep.staging.upload import CHECKSUM_ALGORITHMS, UploadOptions
 
     p.add_argument("source", metavar="SRC_DIR", help="directory to upload (e.g. a finished shardprep output)")
     p.add_argument("dest", metavar="s3://BUCKET/PREFIX/", help="destination prefix (treated as a directory)")
-    add_transfer_arguments(p, what="files (relative paths, e.g. 'logs/*')", concurrency=16,
+    add_transfer_arguments(p, UploadOptions, what="files (relative paths, e.g. 'logs/*')",
                            part_help="files at least this big go up as multipart uploads with parts of this size")
-    p.add_argument("--checksum-algorithm", choices=CHECKSUM_ALGORITHMS, default="CRC32",
-                   help="integrity checksum S3 verifies on every request and part")
+    add_field(p, "--checksum-algorithm", owner=UploadOptions, choices=CHECKSUM_ALGORITHMS,
+              help="integrity checksum S3 verifies on every request and part")
+
+
+def options_from_args(args: argparse.Namespace):
+    from shardprep.staging.upload import UploadOptions
+
+    return transfer_options_from_args(UploadOptions, args, checksum_algorithm=args.checksum_algorithm)
 
 
 def run(args: argparse.Namespace) -> int:
-    from shardprep.staging.upload import UploadOptions, plan_upload, run_upload
+    from shardprep._extras import require
+    from shardprep.staging.upload import plan_upload, run_upload
+    from shardprep.storage.s3 import make_client
 
-    options = UploadOptions(
-        source=args.source, dest=args.dest, include=tuple(args.include), exclude=tuple(args.exclude),
-        concurrency=args.concurrency, multipart_threshold=args.part_size, multipart_chunksize=args.part_size,
-        checksum_algorithm=args.checksum_algorithm, progress=args.progress,
-        client=client_options_from_args(args, concurrency=args.concurrency),
-    )
+    options = options_from_args(args)
+    require("boto3", feature="uploading to S3")
     client = make_client(options.client)
     plan = plan_upload(options, client)
     if args.dry_run:

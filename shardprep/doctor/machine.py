@@ -18,6 +18,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from shardprep._extras import EXTRA_OF
 from shardprep.errors import EXIT_ENVIRONMENT, EnvironmentProblem
 
 OK, WARN, FAIL = "ok", "warn", "fail"
@@ -30,7 +31,7 @@ ENV_SHOWN = ("RAYON_NUM_THREADS", "RAYON_RS_NUM_CPUS", "TOKENIZERS_PARALLELISM",
              "SLURM_MEM_PER_CPU")
 ENV_SECRET = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "HF_TOKEN",
               "HUGGING_FACE_HUB_TOKEN")
-OPTIONAL_PACKAGES = ("torch", "gigatoken")
+OPTIONAL_PACKAGES = tuple(EXTRA_OF)          # their declared minimum versions are checked too
 
 
 @dataclass
@@ -230,9 +231,9 @@ def check_slurm(executor: str | None, n_tasks: int | None) -> Check:
     details.update(max_array_size=size, max_array_size_source=source)
     msg = f"{details['version']}, controller reachable, MaxArraySize {size} ({source})"
     if n_tasks:
-        from shardprep.executor.slurm.render import plan_arrays
+        from shardprep.executor.slurm.submission import SubmissionPlan
 
-        arrays = len(plan_arrays(range(n_tasks), size))
+        arrays = len(SubmissionPlan.build(range(n_tasks), max_array_size=size).arrays)
         details["planned_tasks"] = n_tasks
         msg += f"; {n_tasks} task(s) -> {arrays} array job(s)"
     return Check("slurm", OK, msg, None, details)

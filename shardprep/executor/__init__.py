@@ -1,46 +1,51 @@
-"""Executors decide where tasks run (local process pool, sbatch array, submitit); see ``base``."""
+"""Executors decide where tasks run (local process pool, sbatch array, submitit); see ``base``.
+
+Each executor takes one frozen options object (``LocalOptions`` or ``SlurmOptions``); turning a command
+line into those objects is the CLI's business (``shardprep.cli.args``), so the library never sees a parsed command line.
+"""
 
 from __future__ import annotations
 
-import argparse
+from typing import TYPE_CHECKING, Union
 
 from shardprep.errors import ConfigError
 from shardprep.executor.base import Executor, LaunchReport
 
+if TYPE_CHECKING:
+    from shardprep.executor.local import LocalOptions
+    from shardprep.executor.slurm.options import SlurmOptions
+
 EXECUTORS = ("local", "slurm", "submitit")
+ExecutorOptions = Union["LocalOptions", "SlurmOptions"]
 
 
-def make_executor(name: str | None, args: argparse.Namespace) -> Executor:
-    """Build the executor named on the command line from the parsed options.
+def make_executor(name: str, options: ExecutorOptions, *, finalize: bool = True) -> Executor:
+    """The executor ``name`` configured by ``options`` (``LocalOptions`` for local, else ``SlurmOptions``).
 
-    ``name`` None (no ``--executor`` given): with ``--resume`` the executor of the last recorded Slurm
-    submission, else local.
+    ``finalize``: arrange for index.json once the tasks are done (a dependent job on Slurm).
     """
-    if name is None:
-        from shardprep.executor.slurm.jobs import last_submission
-
-        last = last_submission(args.resume) if getattr(args, "resume", None) else None
-        name = last["executor"] if last else "local"
+    if name not in EXECUTORS:
+        raise ConfigError(f"--executor={name!r} is not available (choose from {', '.join(EXECUTORS)})")
     if name == "local":
-        from shardprep.executor.local import LocalExecutor
+        from shardprep.executor.local import LocalExecutor, LocalOptions
 
-        return LocalExecutor(getattr(args, "workers", None), finalize=not getattr(args, "no_finalize", False),
-                             show_progress=not getattr(args, "no_progress", False))
-    if name in ("slurm", "submitit"):
-        from shardprep.executor.slurm.jobs import last_submission
-        from shardprep.executor.slurm.options import slurm_options_from_args
+        _expect(name, options, LocalOptions)
+        return LocalExecutor(options, finalize=finalize)
+    from shardprep.executor.slurm.options import SlurmOptions
 
-        last = last_submission(args.resume) if getattr(args, "resume", None) else None
-        options = slurm_options_from_args(args, recorded=last["options"] if last else None)
-        finalize = not getattr(args, "no_finalize", False)
-        if name == "slurm":
-            from shardprep.executor.slurm.sbatch import SlurmExecutor
+    _expect(name, options, SlurmOptions)
+    if name == "slurm":
+        from shardprep.executor.slurm.sbatch import SlurmExecutor
 
-            return SlurmExecutor(options, finalize=finalize)
-        from shardprep.executor.slurm.submitit import SubmititExecutor
+        return SlurmExecutor(options, finalize=finalize)
+    from shardprep.executor.slurm.submitit import SubmititExecutor
 
-        return SubmititExecutor(options, finalize=finalize)
-    raise ConfigError(f"--executor={name!r} is not available (choose from {', '.join(EXECUTORS)})")
+    return SubmititExecutor(options, finalize=finalize)
 
 
-__all__ = ["EXECUTORS", "Executor", "LaunchReport", "make_executor"]
+def _expect(name: str, options: object, cls: type) -> None:
+    if not isinstance(options, cls):   # a caller's bug, not a user's mistake
+        raise TypeError(f"the {name} executor takes {cls.__name__}, not {type(options).__name__}")
+
+
+__all__ = ["EXECUTORS", "Executor", "ExecutorOptions", "LaunchReport", "make_executor"]

@@ -12,10 +12,11 @@ import multiprocessing as mp
 import os
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
 from pathlib import Path
 
 from shardprep import errors
-from shardprep.errors import IncompleteError, ShardprepError
+from shardprep.errors import ConfigError, IncompleteError, ShardprepError
 from shardprep.executor.base import LaunchReport
 from shardprep.executor.local_workers import (WorkerEvents, describe_deaths, init_worker, run_in_worker,
                                               stop_workers)
@@ -27,15 +28,26 @@ from shardprep.storage.atomic import remove_stale_temps
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class LocalOptions:
+    """How the local executor runs tasks (nothing here changes shard bytes)."""
+
+    workers: int | None = None      # parallel task processes; None: the CPUs this process may use
+    show_progress: bool = True      # tasks, documents/s and tokens/s on stderr
+
+    def __post_init__(self) -> None:
+        if self.workers is not None and (not isinstance(self.workers, int) or self.workers < 1):
+            raise ConfigError(f"--workers {self.workers!r} must be a positive integer")
+
+
 class LocalExecutor:
     """Run tasks here with ``workers`` processes, each with ``cpus // workers`` tokenizer threads."""
 
     name = "local"
 
-    def __init__(self, workers: int | None = None, *, finalize: bool = True, show_progress: bool = True):
-        self.workers = workers
+    def __init__(self, options: LocalOptions | None = None, *, finalize: bool = True):
+        self.options = options or LocalOptions()
         self.finalize = finalize
-        self.show_progress = show_progress
 
     def launch(self, output: Path, task_ids: list[int], *, dry_run: bool = False) -> LaunchReport:
         report = LaunchReport(self.name, list(task_ids))
@@ -51,12 +63,12 @@ class LocalExecutor:
 
     def _run_all(self, output: Path, task_ids: list[int]) -> None:
         cpus = usable_cpus()
-        workers = max(1, min(self.workers or cpus, len(task_ids)))
+        workers = max(1, min(self.options.workers or cpus, len(task_ids)))
         threads = max(1, cpus // workers)
         log.info("running %d task(s) with %d process(es) x %d thread(s)", len(task_ids), workers, threads)
         ctx = mp.get_context("spawn")
         stop = ctx.RawValue("b", 0)
-        monitor = WorkerEvents(*ctx.Pipe(duplex=False), len(task_ids), self.show_progress)
+        monitor = WorkerEvents(*ctx.Pipe(duplex=False), len(task_ids), self.options.show_progress)
         monitor.start()
         pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=init_worker,
                                    initargs=(os.getpid(), monitor.events, stop))

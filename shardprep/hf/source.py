@@ -22,6 +22,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Iterator
 
+from shardprep._extras import require
 from shardprep.errors import ConfigError, InputDataError
 from shardprep.inputs.arrow import is_saved_dataset, saved_dataset_files, saved_dataset_splits
 
@@ -106,7 +107,7 @@ def _load_error(what: str, e: Exception, hint: str) -> InputDataError:
 
 
 def _open_saved(directory: str, split: str | None, config: str | None) -> Source:
-    import datasets
+    datasets = require("datasets", feature="reading a Hugging Face dataset")
 
     if config:
         raise ConfigError(f"--config={config!r} applies to hub datasets; {directory} is a saved dataset")
@@ -130,7 +131,7 @@ def _open_saved(directory: str, split: str | None, config: str | None) -> Source
 
 
 def _open_builder(builder: str, patterns: tuple[str, ...], split: str | None, config: str | None) -> Source:
-    import datasets
+    datasets = require("datasets", feature="reading a Hugging Face dataset")
 
     if config:
         raise ConfigError(f"--config={config!r} applies to hub datasets, not the {builder} builder")
@@ -144,7 +145,7 @@ def _open_builder(builder: str, patterns: tuple[str, ...], split: str | None, co
 
 
 def _open_hub(repo: str, config: str | None, split: str | None, patterns: tuple[str, ...]) -> Source:
-    import datasets
+    datasets = require("datasets", feature="reading a Hugging Face dataset")
 
     split = split or "train"
     try:

@@ -16,6 +16,10 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from shardprep._extras import require
+
+        require("torch", feature=f"shardprep.loader.{name}")
     if name == "ShardDataset":
         from shardprep.loader.dataset import ShardDataset
         return ShardDataset

@@ -36,8 +36,9 @@ def expand_legacy(spec: str) -> list[str]:
     if p.is_dir():
         files = sorted(str(x) for x in p.glob("*.tar"))
     else:
-        import braceexpand
+        from shardprep._extras import require
 
+        braceexpand = require("braceexpand", feature="a {a,b} pattern in a legacy shard spec")
         files = []
         for pattern in braceexpand.braceexpand(spec):
             files.extend(sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern])

@@ -13,7 +13,6 @@ stripes.  Staged inputs get a single stripe: many input files are read by many t
 
 from __future__ import annotations
 
-import argparse
 import ctypes
 import ctypes.util
 import logging
@@ -200,35 +199,6 @@ class StripeLayout:
 
 DEFAULT_SHARD_LAYOUT = StripeLayout.progressive((("128M", 1, "1M"), ("4G", 4, "1M"), ("-1", 8, "1M")))
 STAGED_INPUT_LAYOUT = StripeLayout.plain(count=1, size="1M")
-
-
-def add_stripe_arguments(parser: argparse.ArgumentParser, *, default_help: str = "progressive "
-                         "(-E 128M -c 1 -S 1M -E 4G -c 4 -S 1M -E -1 -c 8 -S 1M)") -> None:
-    """``--stripe-count/--stripe-size/--stripe-layout/--no-stripe`` for commands that create directories."""
-    g = parser.add_argument_group("Lustre striping (only on Lustre, only for a new empty directory)",
-                                  f"Default layout: {default_help}.")
-    g.add_argument("--stripe-count", type=int, default=None, help="plain layout: stripes per file (-1 = all OSTs)")
-    g.add_argument("--stripe-size", default=None, help="plain layout: stripe size, e.g. 1M or 4M")
-    g.add_argument("--stripe-layout", default=None, metavar="OPTIONS",
-                   help="raw `lfs setstripe` options, e.g. '-E 256M -c 1 -E -1 -c 16 -S 4M'")
-    g.add_argument("--no-stripe", action="store_true", help="leave the directory's inherited layout alone")
-
-
-def stripe_layout_from_args(args: argparse.Namespace, *,
-                            default: StripeLayout = DEFAULT_SHARD_LAYOUT) -> StripeLayout | None:
-    """The layout the options ask for; None for ``--no-stripe``.  Conflicting options are a ConfigError."""
-    plain = args.stripe_count is not None or args.stripe_size is not None
-    chosen = [name for name, on in (("--no-stripe", args.no_stripe), ("--stripe-layout", args.stripe_layout),
-                                     ("--stripe-count/--stripe-size", plain)) if on]
-    if len(chosen) > 1:
-        raise ConfigError(f"{' and '.join(chosen)} cannot be combined; pick one")
-    if args.no_stripe:
-        return None
-    if args.stripe_layout is not None:
-        return StripeLayout.from_raw(args.stripe_layout)
-    if plain:
-        return StripeLayout.plain(args.stripe_count, args.stripe_size)
-    return default
 
 
 # ------------------------------------------------------------------------------------------------ apply

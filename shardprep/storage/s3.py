@@ -8,7 +8,6 @@ with jitter, retrying throttling, 5xx and connection errors) with a configurable
 
 from __future__ import annotations
 
-import argparse
 import logging
 import re
 from dataclasses import dataclass
@@ -99,28 +98,6 @@ def make_client(options: ClientOptions) -> Any:
         read_timeout=options.read_timeout,
     )
     return session.client("s3", endpoint_url=options.endpoint_url, config=config)
-
-
-def add_client_arguments(parser: argparse.ArgumentParser) -> None:
-    """The S3 connection options shared by ``stage`` and ``upload`` (no credential options, on purpose)."""
-    g = parser.add_argument_group("S3 connection (credentials come from the standard AWS chain only)")
-    g.add_argument("--endpoint-url", default=None,
-                   help="S3-compatible endpoint, e.g. http://127.0.0.1:9000; unset means AWS")
-    g.add_argument("--profile", default=None, help="named profile from ~/.aws/config")
-    g.add_argument("--region", default=None, help="AWS region; unset means the profile's or AWS_REGION")
-    g.add_argument("--max-attempts", type=int, default=5,
-                   help="attempts per request, retries with backoff in botocore's standard mode")
-
-
-def client_options_from_args(args: argparse.Namespace, *, concurrency: int) -> ClientOptions:
-    """Connection pool sized for ``concurrency`` object workers plus as many part requests."""
-    return ClientOptions(
-        endpoint_url=args.endpoint_url,
-        profile=args.profile,
-        region=args.region,
-        max_attempts=args.max_attempts,
-        max_pool_connections=max(10, 2 * concurrency + 4),
-    )
 
 
 def describe_client_error(exc: BaseException, *, what: str) -> str:

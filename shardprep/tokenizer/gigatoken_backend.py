@@ -31,13 +31,14 @@ from pathlib import Path
 import numpy as np
 import orjson
 
+from shardprep._extras import require
 from shardprep.tokenizer.verify_backend import added_tokens_span
 
 log = logging.getLogger(__name__)
 
 
 class BackendUnavailable(RuntimeError):
-    """gigatoken is not installed or cannot load this tokenizer (the reason is the message)."""
+    """gigatoken cannot load this tokenizer (the reason is the message); not installed is ``MissingExtra``."""
 
 
 def plain_text_specials_json(tokenizer_json: str) -> str:
@@ -100,10 +101,7 @@ class GigatokenBackend:
     batch_docs = 32768
 
     def __init__(self, tokenizer_json: str, *, allow_special_tokens: bool = False, threads: int = 1):
-        try:
-            import gigatoken
-        except ImportError as e:
-            raise BackendUnavailable(f"gigatoken is not installed ({e}); `pip install shardprep[fast]`") from None
+        gigatoken = require("gigatoken", feature="the gigatoken backend")
         self._version = _installed_version(gigatoken)
         source = tokenizer_json if allow_special_tokens else plain_text_specials_json(tokenizer_json)
         try:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import orjson
 
+from shardprep._extras import require
 from shardprep.errors import TokenizerError
 from shardprep.shard.format import dtype_for_vocab
 
@@ -87,10 +88,8 @@ def _load_json_file(path: Path) -> str:
 
 
 def _load_with_transformers(spec: str) -> tuple[str, dict[str, str]]:
-    try:
-        from transformers import AutoTokenizer
-    except ImportError as e:  # pragma: no cover - transformers is a dependency
-        raise TokenizerError(f"cannot load {spec!r}: transformers is not installed ({e})") from None
+    AutoTokenizer = require("transformers", feature=f"loading tokenizer {spec!r} (a hub id, or a directory "
+                            "without tokenizer.json)").AutoTokenizer
     try:
         tok = AutoTokenizer.from_pretrained(spec, use_fast=True)
     except Exception as e:

@@ -15,10 +15,14 @@ from __future__ import annotations
 import datetime as _dt
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
+from shardprep.job.state import format_array_ranges, parse_array_ranges
 from shardprep.storage.atomic import read_json, write_json_atomic
-from shardprep.job.state import parse_array_ranges
+
+if TYPE_CHECKING:
+    from shardprep.executor.slurm.options import SlurmOptions
+    from shardprep.executor.slurm.submission import SubmissionPlan
 
 SLURM_DIR = "slurm"
 JOBS_FILE = "jobs.json"
@@ -60,6 +64,14 @@ class SubmissionRecorder:
         self.previous = read_submissions(output)
         self.record = {"seq": len(self.previous) + 1, "submitted_at": now_iso(), **record,
                        "arrays": [], "finalize": None}
+
+    @classmethod
+    def for_plan(cls, output: Path, executor: str, task_ids: list[int], plan: "SubmissionPlan", source: str,
+                 options: "SlurmOptions") -> "SubmissionRecorder":
+        """The record of a tokenize submission of ``plan`` (MaxArraySize read from ``source``)."""
+        return cls(output, {"executor": executor, "tasks": format_array_ranges(task_ids),
+                            "max_array_size": plan.max_array_size, "max_array_size_source": source,
+                            "throttle": plan.throttle_mode, "options": options.to_dict()})
 
     @property
     def seq(self) -> int:

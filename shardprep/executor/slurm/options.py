@@ -8,7 +8,6 @@ object is built and an error names the command-line option, the value and the ex
 
 from __future__ import annotations
 
-import argparse
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -29,7 +28,7 @@ RESERVED_SBATCH_OPTIONS = frozenset({
 
 _SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.,:@+=/%|&!*()\[\]\-]+$")   # no spaces, quotes, $, `, ;, #
 _MEM = re.compile(r"^[1-9][0-9]*([KMGT]B?)?$", re.IGNORECASE)
-_TIME_FORMS = "MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS"
+TIME_FORMS = "MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS"
 
 
 def parse_slurm_time(text: str) -> int | None:
@@ -69,7 +68,7 @@ def normalize_extra_line(line: str) -> str:
     """One free-form sbatch option in a canonical form, or ConfigError naming ``--sbatch-extra``.
 
     Accepted: ``#SBATCH --gres=gpu:1``, ``--gres=gpu:1``, ``--gres gpu:1`` and ``gres=gpu:1`` (the last
-    spares the ``--sbatch-extra=--x`` spelling argparse needs for values that start with a dash).
+    spares the ``--sbatch-extra=--x`` spelling a command-line parser needs for values that start with a dash).
     """
     text = line.strip()
     if text.startswith("#SBATCH"):
@@ -121,7 +120,7 @@ class SlurmOptions:
             try:
                 seconds = parse_slurm_time(self.time)
             except ValueError:
-                raise ConfigError(f"--time {self.time!r} is not a Slurm time; use {_TIME_FORMS}") from None
+                raise ConfigError(f"--time {self.time!r} is not a Slurm time; use {TIME_FORMS}") from None
             if seconds is not None and seconds <= 0:
                 raise ConfigError(f"--time {self.time!r} must be longer than zero")
             if seconds is not None and self.signal_seconds >= seconds:
@@ -168,59 +167,3 @@ class SlurmOptions:
         known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
         known["extra_sbatch"] = tuple(known.get("extra_sbatch") or ())
         return cls(**known)
-
-
-# (argparse dest, SlurmOptions field) of every Slurm option.  Defaults are SUPPRESSed so that
-# `submit --resume` can tell what the user typed from what the first submission recorded.
-_ARG_FIELDS = (("partition", "partition"), ("account", "account"), ("qos", "qos"), ("time", "time"),
-               ("mem", "mem"), ("cpus_per_task", "cpus_per_task"), ("constraint", "constraint"),
-               ("max_parallel", "max_parallel"), ("sbatch_extra", "extra_sbatch"),
-               ("signal_seconds", "signal_seconds"), ("job_name", "job_name"))
-
-
-def add_slurm_arguments(parser: argparse.ArgumentParser, *, title: str | None = None,
-                        only: tuple[str, ...] | None = None, helps: dict[str, str] | None = None) -> None:
-    """Add the Slurm options (used with ``--executor slurm`` or ``submitit``) as their own help group.
-
-    With ``submit --resume OUTPUT`` every option not given again keeps the value of the last submission
-    recorded in ``OUTPUT/slurm/jobs.json``.  ``only`` limits the group to some options (argparse dests),
-    for jobs where the others mean nothing (the stage job has no array to throttle); ``helps`` replaces
-    help texts by dest.
-    """
-    g = parser.add_argument_group(title or "Slurm options (with --executor slurm or submitit; --resume "
-                                           "reuses the last submission's values unless given again)")
-    sup = argparse.SUPPRESS
-    specs: list[tuple[str, dict[str, Any]]] = [
-        ("--partition", dict(help="partition (queue) for the array tasks and the finalize job")),
-        ("--account", dict(help="account to charge")),
-        ("--qos", dict(help="quality of service")),
-        ("--time", dict(help=f"time limit per task ({_TIME_FORMS}); default: the partition's")),
-        ("--mem", dict(help="memory per task, e.g. 16G; default: the partition's")),
-        ("--cpus-per-task", dict(type=int, help="CPUs per task (default 1); the tokenizer uses exactly this "
-                                                "many threads")),
-        ("--constraint", dict(help="node features required, e.g. 'skylake|icelake'")),
-        ("--max-parallel", dict(type=int, help="at most this many tasks run at once (the %%N throttle), shared "
-                                               "by all arrays of the submission even when MaxArraySize splits "
-                                               "it; default: no limit")),
-        ("--sbatch-extra", dict(action="append", metavar="OPTION",
-                                help="an extra sbatch option, e.g. 'exclusive', 'gres=gpu:1' or "
-                                     "'#SBATCH --nice=10' (repeatable)")),
-        ("--signal-seconds", dict(type=int, help=f"send USR1 this many seconds before the time limit (default "
-                                                 f"{DEFAULT_SIGNAL_SECONDS}) so a task stops at a safe point "
-                                                 "and is requeued")),
-        ("--job-name", dict(help=f"Slurm job name prefix (default {DEFAULT_JOB_NAME})")),
-    ]
-    for flag, kwargs in specs:
-        dest = flag[2:].replace("-", "_")
-        if only is None or dest in only:
-            g.add_argument(flag, default=sup, **{**kwargs, **({"help": helps[dest]} if dest in (helps or {}) else {})})
-
-
-def slurm_options_from_args(args: argparse.Namespace, recorded: dict[str, Any] | None = None) -> SlurmOptions:
-    """SlurmOptions from parsed arguments; options not given come from ``recorded`` (a previous
-    submission's ``SlurmOptions.to_dict()``), else the defaults."""
-    values: dict[str, Any] = dict(recorded or {})
-    for dest, name in _ARG_FIELDS:
-        if hasattr(args, dest) and getattr(args, dest) is not None:
-            values[name] = getattr(args, dest)
-    return SlurmOptions.from_dict(values)

@@ -7,8 +7,8 @@ and an ``export`` block with explicit values.  Nothing from the caller's environ
 the few variables listed in :data:`PASSED_ENV` (no credentials, no tokens), and the rendered script
 asks for ``--export=NONE`` so the submitting shell's environment does not leak into the job either.
 
-Array splitting: Slurm rejects array indices >= MaxArraySize, so task ids are grouped into chunks whose
-ids span less than MaxArraySize; each chunk is one array whose index i runs task ``offset + i``.
+Which arrays a submission has, and which tasks each runs, is decided in ``submission.py``; this module
+only writes the script of one planned array (index i runs task ``offset + i``) and of the finalize job.
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ from __future__ import annotations
 import os
 import shlex
 import sys
-from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from shardprep.errors import ConfigError
 from shardprep.executor.slurm.options import SlurmOptions
-from shardprep.job.state import format_array_ranges
+from shardprep.executor.slurm.submission import PlannedArray
 
 SBATCH_MARKER = "# @SHARDPREP_SBATCH@"
 ENV_MARKER = "# @SHARDPREP_ENV@"
@@ -70,56 +70,13 @@ def job_environment(extra: Mapping[str, str] | None = None, *, environ: Mapping[
     return env
 
 
-# --- array planning ----------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class ArrayChunk:
-    """One array job: array index ``i`` runs task ``offset + i``."""
-
-    offset: int
-    indices: tuple[int, ...]
-
-    @property
-    def task_ids(self) -> list[int]:
-        return [self.offset + i for i in self.indices]
-
-    def array_spec(self, throttle: int | None = None) -> str:
-        """``--array`` value, e.g. ``0-3,7%2``."""
-        spec = format_array_ranges(list(self.indices))
-        return f"{spec}%{throttle}" if throttle else spec
-
-
-def plan_arrays(task_ids: Sequence[int], max_array_size: int) -> list[ArrayChunk]:
-    """Group ``task_ids`` into arrays whose indices all stay below ``max_array_size``.
-
-    Greedy over sorted ids: a chunk starts at its smallest id (the offset) and takes every id below
-    ``offset + max_array_size``.  A contiguous range 0..n-1 becomes ceil(n / max) arrays; a sparse resume
-    set (e.g. ``3,1500,1502``) needs only as many arrays as the span of the ids requires.
-    """
-    if max_array_size < 1:
-        raise ValueError("max_array_size must be positive")
-    ids = sorted(set(int(t) for t in task_ids))
-    if ids and ids[0] < 0:
-        raise ValueError("task ids must be non-negative")
-    chunks: list[ArrayChunk] = []
-    i = 0
-    while i < len(ids):
-        offset = ids[i]
-        j = i
-        while j < len(ids) and ids[j] < offset + max_array_size:
-            j += 1
-        chunks.append(ArrayChunk(offset, tuple(t - offset for t in ids[i:j])))
-        i = j
-    return chunks
-
-
 # --- the three job kinds -----------------------------------------------------------------------------
 
-def tokenize_directives(opts: SlurmOptions, output: Path, chunk: ArrayChunk, *, part: int, parts: int) -> list[str]:
-    name = f"{opts.job_name}-tokenize" if parts == 1 else f"{opts.job_name}-tokenize-{part}"
+def tokenize_directives(opts: SlurmOptions, output: Path, array: PlannedArray, *, parts: int) -> list[str]:
+    name = f"{opts.job_name}-tokenize" if parts == 1 else f"{opts.job_name}-tokenize-{array.number}"
     return [
         f"--job-name={name}",
-        f"--array={chunk.array_spec(opts.max_parallel)}",
+        f"--array={array.array_spec(opts.max_parallel)}",
         f"--output={Path(output) / 'logs' / TASK_LOG_PATTERN}",
         "--export=NONE",
         *opts.resource_directives(),
@@ -128,12 +85,14 @@ def tokenize_directives(opts: SlurmOptions, output: Path, chunk: ArrayChunk, *, 
     ]
 
 
-def render_tokenize(opts: SlurmOptions, output: Path, chunk: ArrayChunk, *, part: int = 0, parts: int = 1,
+def render_tokenize(opts: SlurmOptions, output: Path, array: PlannedArray, *, parts: int = 1,
                     environ: Mapping[str, str] | None = None) -> str:
-    """The sbatch script of one tokenize array (``part`` of ``parts`` when MaxArraySize split the ids)."""
-    env = job_environment({"SHARDPREP_OUTPUT": str(output), "SHARDPREP_TASK_OFFSET": str(chunk.offset)},
+    """The sbatch script of one tokenize array (one of ``parts`` when MaxArraySize split the ids)."""
+    if array.offset is None:
+        raise ValueError("an sbatch array runs task offset + index: plan it with indexing='offset'")
+    env = job_environment({"SHARDPREP_OUTPUT": str(output), "SHARDPREP_TASK_OFFSET": str(array.offset)},
                           environ=environ)
-    return render(template_text("tokenize"), tokenize_directives(opts, output, chunk, part=part, parts=parts), env)
+    return render(template_text("tokenize"), tokenize_directives(opts, output, array, parts=parts), env)
 
 
 def render_finalize(opts: SlurmOptions, output: Path, *, environ: Mapping[str, str] | None = None) -> str:
@@ -146,6 +105,16 @@ def render_finalize(opts: SlurmOptions, output: Path, *, environ: Mapping[str, s
     ]
     env = job_environment({"SHARDPREP_OUTPUT": str(output)}, environ=environ)
     return render(template_text("finalize"), directives, env)
+
+
+def checked_output(output: Path) -> Path:
+    """``output`` made absolute, or ConfigError when sbatch could not take it in ``#SBATCH --output``."""
+    output = Path(output).resolve()
+    problem = unsafe_path_problem(output)
+    if problem:
+        raise ConfigError(f"--output {output}: the path {problem}, which sbatch cannot take in #SBATCH --output",
+                          hint="choose a directory path without such characters")
+    return output
 
 
 def unsafe_path_problem(path: Path) -> str | None:

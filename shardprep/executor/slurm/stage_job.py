@@ -20,72 +20,32 @@ script; the job authenticates through ``~/.aws`` or the node's instance role.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import shlex
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from shardprep.errors import ConfigError
 from shardprep.executor.slurm import commands as slurm_cmd
 from shardprep.executor.slurm.jobs import now_iso, read_submissions, write_submissions
-from shardprep.executor.slurm.options import SlurmOptions, add_slurm_arguments, slurm_options_from_args
+from shardprep.executor.slurm.options import SlurmOptions
 from shardprep.executor.slurm.render import job_environment, render, template_text, unsafe_path_problem
+
+if TYPE_CHECKING:
+    from shardprep.staging.stage import StageOptions
 
 log = logging.getLogger(__name__)
 
 STAGE_SLURM_DIR = ".shardprep-stage"          # the staging state directory (see staging.manifest)
-DEFAULT_STAGE_CPUS = 4                        # hashing and TLS for dozens of concurrent transfers
+# The stage job's defaults differ from the tokenize array's in one place: it hashes and runs TLS for
+# dozens of concurrent transfers, so it asks for 4 CPUs rather than 1.
+STAGE_JOB_OPTIONS = SlurmOptions(cpus_per_task=4)
 # Non-secret AWS settings passed to the job; keys, secrets and session tokens never are.
 AWS_SETTINGS = ("AWS_PROFILE", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_CONFIG_FILE",
                 "AWS_SHARED_CREDENTIALS_FILE", "AWS_CA_BUNDLE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3",
                 "AWS_EC2_METADATA_DISABLED", "AWS_MAX_ATTEMPTS", "AWS_RETRY_MODE", "NO_PROXY", "no_proxy")
 AWS_SECRETS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
-
-
-def add_stage_submit_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--submit``, ``--then-tokenize`` and the Slurm placement options of the stage job."""
-    g = parser.add_argument_group("Slurm (with --submit)")
-    g.add_argument("--submit", action="store_true",
-                   help="run the stage as a Slurm batch job instead of here; prints the job id")
-    g.add_argument("--then-tokenize", nargs=argparse.REMAINDER, default=None, metavar="SUBMIT_ARGS",
-                   help="must come last: after a successful stage the job runs `shardprep submit --executor "
-                        "slurm --input DEST SUBMIT_ARGS...`, e.g. --then-tokenize --output /fsx/shards "
-                        "--tokenizer gpt2 --cpus-per-task 8")
-    add_slurm_arguments(parser, title="Slurm options of the stage job (with --submit; the tokenize job's go "
-                                      "after --then-tokenize)",
-                        only=("partition", "account", "qos", "time", "mem", "cpus_per_task", "constraint",
-                              "sbatch_extra", "job_name"),
-                        helps={"partition": "partition (queue) of the stage job",
-                               "time": "time limit of the stage job; default: the partition's",
-                               "mem": "memory of the stage job, e.g. 8G; default: the partition's",
-                               "cpus_per_task": f"CPUs of the stage job (default {DEFAULT_STAGE_CPUS}): "
-                                                "hashing and TLS for the concurrent transfers"})
-
-
-def check_then_tokenize(dest: Path, submit_args: Sequence[str]) -> list[str]:
-    """The full ``submit`` argument list the job will run, parsed now so mistakes fail on the login node."""
-    from shardprep.cli.main import build_parser
-
-    args = list(submit_args)
-    for forbidden in ("--input", "-i", "--resume", "--dry-run"):
-        if any(a == forbidden or a.startswith(forbidden + "=") for a in args):
-            raise ConfigError(f"--then-tokenize ... {forbidden}: not allowed here (the input is DEST, "
-                              f"{dest}, and the job submits for real)")
-    if not any(a == "--executor" or a.startswith("--executor=") for a in args):
-        args = ["--executor", "slurm", *args]
-    full = ["--input", str(dest), *args]
-    parsed = build_parser().parse_args(["submit", *full])   # argparse exits 2 naming a bad option
-    if not parsed.output:
-        raise ConfigError("--then-tokenize needs --output DIR (where the shards go)")
-    if parsed.executor == "local":
-        raise ConfigError("--then-tokenize with --executor local would tokenize inside the stage job",
-                          hint="use --executor slurm (default) or submitit")
-    problem = unsafe_path_problem(Path(parsed.output))
-    if problem:
-        raise ConfigError(f"--then-tokenize --output {parsed.output}: the path {problem}")
-    return full
 
 
 def stage_environment(environ: Mapping[str, str]) -> dict[str, str]:
@@ -107,11 +67,14 @@ def render_stage(stage_argv: Sequence[str], submit_argv: Sequence[str] | None, o
     return render(template_text("stage"), directives, job_environment(extra, environ=environ))
 
 
-def submit_stage(stage_options: Any, args: argparse.Namespace, *, dry_run: bool = False,
-                 environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """Submit the stage job for ``stage_options`` (a ``staging.stage.StageOptions``); returns its record.
+def submit_stage(stage_options: "StageOptions", opts: SlurmOptions, submit_argv: Sequence[str] | None = None,
+                 *, dry_run: bool = False, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Submit the stage job for ``stage_options``; returns its record (also kept in ``jobs.json``).
 
-    ``args`` carries the stage job's Slurm options and ``then_tokenize``.
+    ``opts`` places the stage job (start from :data:`STAGE_JOB_OPTIONS`).  ``submit_argv``: the full
+    ``shardprep submit`` argument list the job runs once everything is staged (None: stage only); the
+    caller has checked it (``shardprep.cli.args.check_then_tokenize``) so mistakes fail on the login
+    node, not in the job.
     """
     from shardprep.storage.lustre import prepare_output_dir
 
@@ -119,12 +82,7 @@ def submit_stage(stage_options: Any, args: argparse.Namespace, *, dry_run: bool 
     problem = unsafe_path_problem(dest)
     if problem:
         raise ConfigError(f"DEST {dest}: the path {problem}, which sbatch cannot take in #SBATCH --output")
-    opts = slurm_options_from_args(args, recorded={"cpus_per_task": DEFAULT_STAGE_CPUS})
-    then = getattr(args, "then_tokenize", None)
-    if then is not None and not then:
-        raise ConfigError("--then-tokenize needs the options of `shardprep submit` after it (at least --output "
-                          "and --tokenizer)")
-    submit_argv = check_then_tokenize(dest, then) if then else None
+    submit_argv = list(submit_argv) if submit_argv else None
     stage_argv = [a if a != str(stage_options.dest) else str(dest) for a in stage_options.to_argv()[1:]]
     state = dest / STAGE_SLURM_DIR
     text = render_stage(stage_argv, submit_argv, opts, state / "slurm", environ=environ)

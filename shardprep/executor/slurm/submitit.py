@@ -1,10 +1,11 @@
 """The submitit executor: the same tasks and finalize dependency as the sbatch executor, via submitit.
 
 Each task is ``SubmititTask(output)(task_id)``, a thin callable around ``shardprep.job.task.run_task``, so
-both Slurm executors run identical task code and produce identical bytes.  Arrays follow the sbatch
-executor's rules: at most MaxArraySize elements per ``map_array`` call, chunks chained with
-``afterany`` when ``--max-parallel`` is set (the throttle is shared, not multiplied), and a finalize job
-with ``afterok`` on every chunk and ``--kill-on-invalid-dep=yes``.
+both Slurm executors run identical task code and produce identical bytes.  Both render the same
+``submission.SubmissionPlan`` (here with ``indexing="position"``, as ``map_array`` numbers its
+arguments): at most MaxArraySize elements per ``map_array`` call, arrays chained with ``afterany`` when
+``--max-parallel`` is set (the throttle is shared, not multiplied), and a finalize job with ``afterok``
+on every array and ``--kill-on-invalid-dep=yes``.
 
 Pre-timeout: submitit sends its own signal (USR2, ``--signal-seconds`` before the limit) and, because the
 callable has a ``checkpoint`` method, requeues the element; the rerun skips finished shards and redoes
@@ -18,13 +19,15 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from shardprep._extras import require
 from shardprep.errors import ConfigError, EnvironmentProblem
 from shardprep.executor.slurm import commands as slurm_cmd
 from shardprep.executor.base import LaunchReport
 from shardprep.executor.slurm.jobs import SLURM_DIR, SubmissionRecorder
 from shardprep.executor.slurm.options import SlurmOptions
 from shardprep.executor.slurm.state import refuse_if_active
-from shardprep.executor.slurm.render import job_environment, unsafe_path_problem
+from shardprep.executor.slurm.render import checked_output, job_environment
+from shardprep.executor.slurm.submission import SubmissionPlan
 from shardprep.job.state import format_array_ranges
 from shardprep.shard.format import INDEX_FILE
 
@@ -61,8 +64,7 @@ class SubmititTask:
 
     def checkpoint(self, task_id: int) -> Any:
         """Called by submitit on the pre-timeout signal: requeue the same call (finished shards are kept)."""
-        import submitit
-
+        submitit = require("submitit", feature="requeueing a submitit task")
         return submitit.helpers.DelayedSubmission(self, task_id)
 
 
@@ -95,17 +97,13 @@ def extra_as_parameters(lines: tuple[str, ...]) -> dict[str, Any]:
     return params
 
 
-def chunk_ids(task_ids: list[int], size: int) -> list[list[int]]:
-    ids = sorted(set(task_ids))
-    return [ids[i:i + size] for i in range(0, len(ids), size)]
-
-
 class SubmititExecutor:
     """Submit task ids of a frozen plan with ``submitit.AutoExecutor.map_array``."""
 
     name = "submitit"
 
     def __init__(self, options: SlurmOptions, *, finalize: bool = True):
+        require("submitit", feature="--executor submitit")   # fail before anything is planned or written
         self.options = options
         self.finalize = finalize
 
@@ -131,71 +129,76 @@ class SubmititExecutor:
         return params
 
     def _executor(self, output: Path) -> Any:
-        try:
-            import submitit
-        except ImportError as e:  # pragma: no cover - submitit is a declared dependency
-            raise EnvironmentProblem("the submitit executor needs the submitit package (pip install submitit)") from e
+        submitit = require("submitit", feature="--executor submitit")
         try:
             return submitit.AutoExecutor(folder=output / SUBMITIT_DIR, cluster="slurm")
         except RuntimeError as e:
             raise EnvironmentProblem(f"submitit cannot use Slurm here: {e}",
                                      hint="run on a Slurm login node, or use --executor local") from None
 
+    def plan(self, output: Path, task_ids: list[int], max_array_size: int) -> SubmissionPlan:
+        return SubmissionPlan.build(task_ids, max_array_size=max_array_size, throttle=self.options.max_parallel,
+                                    indexing="position", finalize=self.finalize,
+                                    finalized=(output / INDEX_FILE).exists())
+
     def launch(self, output: Path, task_ids: list[int], *, dry_run: bool = False) -> LaunchReport:
-        output = Path(output).resolve()
-        problem = unsafe_path_problem(output)
-        if problem:
-            raise ConfigError(f"--output {output}: the path {problem}", hint="choose a path without such characters")
+        output = checked_output(output)
         refuse_if_active(output, task_ids)
         max_size, source = slurm_cmd.max_array_size()
-        chunks = chunk_ids(task_ids, max_size)
+        plan = self.plan(output, task_ids, max_size)
         params = self.parameters(output)
-        chained = bool(self.options.max_parallel) and len(chunks) > 1
-        want_finalize = self.finalize and (bool(chunks) or not (output / INDEX_FILE).exists())
         if dry_run:
-            lines = [f"# submitit: {len(chunks)} map_array call(s) of at most {max_size} (MaxArraySize from "
-                     f"{source}), throttle {self.options.max_parallel or 'none'}"
-                     + (", chained with afterany" if chained else "")]
-            lines += [f"#   array {k}: tasks {format_array_ranges(c)}" for k, c in enumerate(chunks)]
-            lines += [f"#   parameters: {params}"]
-            if want_finalize:
-                lines.append("#   finalize: afterok on every array, --kill-on-invalid-dep=yes")
-            return LaunchReport(self.name, list(task_ids), scripts=["\n".join(lines)])
-
+            return LaunchReport(self.name, list(task_ids), scripts=[self._dry_run_text(plan, source, params)])
         ex = self._executor(output)
-        recorder = SubmissionRecorder(output, {
-            "executor": self.name, "tasks": format_array_ranges(task_ids), "max_array_size": max_size,
-            "max_array_size_source": source, "throttle": "chained" if chained else
-            ("single-array" if self.options.max_parallel else "none"), "options": self.options.to_dict()})
+        recorder = SubmissionRecorder.for_plan(output, self.name, task_ids, plan, source, self.options)
         report = LaunchReport(self.name, list(task_ids))
-        array_ids: list[str] = []
-        base_extra = dict(params["slurm_additional_parameters"])
+        array_ids: list[str] = []                                # job id of array k at position k
         task_fn = SubmititTask(str(output))
-        for k, ids in enumerate(chunks):
-            extra = dict(base_extra)
-            if chained and array_ids:
-                extra["dependency"] = f"afterany:{array_ids[-1]}"
+        for array in plan.arrays:
+            extra = dict(params["slurm_additional_parameters"])
+            dependency = plan.array_dependency(array, array_ids)
+            if dependency:
+                extra["dependency"] = dependency
             ex.update_parameters(**{**params, "slurm_additional_parameters": extra,
-                                    "slurm_array_parallelism": self.options.max_parallel or len(ids)})
-            jobs = ex.map_array(task_fn, ids)
-            array_id = str(jobs[0].job_id).split("_", 1)[0]
-            array_ids.append(array_id)
-            report.job_ids.append(array_id)
-            plain = len(ids) == 1        # submitit submits a single call as a plain job, not an array
-            recorder.add_array({"job_id": array_id, "offset": None, "indices": format_array_ranges(range(len(ids))),
-                                "tasks": format_array_ranges(ids), "dependency": extra.get("dependency"),
-                                "plain": plain, "log": f"{SUBMITIT_DIR}/{{job}}_0_log.out" if plain
-                                else f"{SUBMITIT_DIR}/{{job}}_{{index}}_0_log.out"})
-            log.info("submitit array %s: tasks %s", array_id, format_array_ranges(ids))
-        if want_finalize:
-            extra = dict(base_extra)
-            if array_ids:
-                extra.update({"dependency": "afterok:" + ":".join(array_ids), "kill-on-invalid-dep": "yes"})
-            ex.update_parameters(**{**params, "name": f"{self.options.job_name}-finalize", "cpus_per_task": 1,
-                                    "slurm_additional_parameters": extra})
-            job = ex.submit(SubmititFinalize(str(output)))
-            report.job_ids.append(str(job.job_id))
-            recorder.set_finalize({"job_id": str(job.job_id), "dependency": extra.get("dependency"),
-                                   "log": f"{SUBMITIT_DIR}/{job.job_id}_0_log.out"})
-            log.info("submitit finalize job %s (%s)", job.job_id, extra.get("dependency") or "no dependency")
+                                    "slurm_array_parallelism": plan.throttle or len(array.task_ids)})
+            jobs = ex.map_array(task_fn, list(array.task_ids))
+            array_ids.append(str(jobs[0].job_id).split("_", 1)[0])
+            report.job_ids.append(array_ids[-1])
+            self._record_array(recorder, array_ids[-1], array.task_ids, dependency)
+        if plan.finalize:
+            report.job_ids.append(self._submit_finalize(ex, params, plan.finalize_dependency(array_ids), output,
+                                                        recorder))
         return report
+
+    @staticmethod
+    def _record_array(recorder: SubmissionRecorder, array_id: str, ids: tuple[int, ...],
+                      dependency: str | None) -> None:
+        plain = len(ids) == 1        # submitit submits a single call as a plain job, not an array
+        recorder.add_array({"job_id": array_id, "offset": None, "indices": format_array_ranges(range(len(ids))),
+                            "tasks": format_array_ranges(list(ids)), "dependency": dependency,
+                            "plain": plain, "log": f"{SUBMITIT_DIR}/{{job}}_0_log.out" if plain
+                            else f"{SUBMITIT_DIR}/{{job}}_{{index}}_0_log.out"})
+        log.info("submitit array %s: tasks %s", array_id, format_array_ranges(list(ids)))
+
+    def _submit_finalize(self, ex: Any, params: dict[str, Any], dependency: str | None, output: Path,
+                         recorder: SubmissionRecorder) -> str:
+        extra = dict(params["slurm_additional_parameters"])
+        if dependency:
+            extra.update({"dependency": dependency, "kill-on-invalid-dep": "yes"})
+        ex.update_parameters(**{**params, "name": f"{self.options.job_name}-finalize", "cpus_per_task": 1,
+                                "slurm_additional_parameters": extra})
+        job = ex.submit(SubmititFinalize(str(output)))
+        recorder.set_finalize({"job_id": str(job.job_id), "dependency": dependency,
+                               "log": f"{SUBMITIT_DIR}/{job.job_id}_0_log.out"})
+        log.info("submitit finalize job %s (%s)", job.job_id, dependency or "no dependency")
+        return str(job.job_id)
+
+    def _dry_run_text(self, plan: SubmissionPlan, source: str, params: dict[str, Any]) -> str:
+        lines = [f"# submitit: {len(plan.arrays)} map_array call(s) of at most {plan.max_array_size} (MaxArraySize "
+                 f"from {source}), throttle {plan.throttle or 'none'}"
+                 + (", chained with afterany" if plan.throttle_mode == "chained" else "")]
+        lines += [f"#   array {a.number}: tasks {format_array_ranges(list(a.task_ids))}" for a in plan.arrays]
+        lines += [f"#   parameters: {params}"]
+        if plan.finalize:
+            lines.append("#   finalize: afterok on every array, --kill-on-invalid-dep=yes")
+        return "\n".join(lines)
