@@ -31,7 +31,7 @@ def plan_job(inputs: Sequence[str | Path], output: str | Path, tokenizer: str | 
     """
     options = options or TokenizeOptions()
     plan_options = plan_options or PlanOptions()
-    found = discover_inputs([str(i) for i in inputs])
+    found = discover_inputs([str(i) for i in inputs], strict=options.strict)
     require_documents_possible(found)
     resolved = resolve_tokenizer(str(tokenizer), eos_token=options.eos_token, bos_token=options.bos_token)
     if options.add_eos and resolved.info.eos_id is None:

@@ -76,6 +76,10 @@ class EnvironmentProblem(ShardprepError):
     exit_code = EXIT_ENVIRONMENT
 
 
+class DiskFull(EnvironmentProblem):
+    """A write failed for lack of space or quota; the message names the file and the space left."""
+
+
 class Preempted(ShardprepError):
     """The task received its pre-timeout signal and stopped at a safe point; Slurm should requeue it."""
 

@@ -30,22 +30,21 @@ def big_input(tmp_path_factory) -> Path:
 
 
 def _start_task(out: Path) -> subprocess.Popen:
+    """The task as a child with default signal dispositions (a background shell may have ignored SIGINT)."""
     return subprocess.Popen([sys.executable, "-m", "shardprep", "run-task", str(out), "--task-id", "0",
-                             "--threads", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             "--threads", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def _wait_for_partial(out: Path, proc: subprocess.Popen, timeout: float = 60) -> Path:
-    """Wait until the task is writing its temporary shard, then a little longer (mid-write)."""
+    """Until the task writes its temporary shard: it is mid-write from then until its final rename, and its
+    stop handlers are installed (they come first), so a signal now interrupts real work."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        temps = list(out.glob(".shard-00000.tar.*.tmp"))
-        if temps:
-            time.sleep(0.5)
-            assert proc.poll() is None, "task finished too quickly to be interrupted mid-write"
-            return temps[0]
+    while not (temps := list(out.glob(".shard-00000.tar.*.tmp"))):
         assert proc.poll() is None, f"task ended before it could be interrupted: {proc.communicate()}"
+        assert time.monotonic() < deadline, "no partial shard appeared"
         time.sleep(0.01)
-    raise AssertionError("no partial shard appeared")
+    return temps[0]
 
 
 def test_sigkill_mid_write_then_rerun_is_byte_identical(tmp_path, big_input, sample_tokenizer):

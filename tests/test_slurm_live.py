@@ -81,7 +81,6 @@ def _wait_mid_write(out: Path, task: int, timeout: float = 90) -> None:
         assert not (out / f"shard-{task:05d}.json").exists(), f"task {task} finished before it could be interrupted"
         assert time.monotonic() < deadline, f"task {task} never started writing"
         time.sleep(0.05)
-    time.sleep(0.3)
 
 
 def _submit_big_and_wait_mid_write(corpus: Path, out: Path, tokenizer: Path) -> tuple[str, str]:

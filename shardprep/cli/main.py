@@ -9,8 +9,10 @@ and keeps its traceback (exit 1).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import logging
+import signal
 import sys
 from typing import Sequence
 
@@ -85,6 +87,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # Ctrl-C must work even when started from a shell that set SIGINT to "ignore" (background jobs of a
+    # non-interactive script inherit that): restore Python's KeyboardInterrupt handler.
+    with contextlib.suppress(ValueError):  # ValueError: not the main thread (main() called by a test)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(command_module(argv))
     args = parser.parse_args(argv)

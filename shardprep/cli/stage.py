@@ -27,8 +27,8 @@ Credentials come from the standard AWS chain (environment, ~/.aws, instance role
 With --submit the stage runs as a Slurm job (and --then-tokenize submits the tokenize array from that job
 once everything is staged and verified).
 
-Exit codes: 0 all staged; 2 bad option; 3 nothing matches or unsafe keys (nothing written);
-7 some objects failed (the others landed; re-run to retry); 8 lfs failed.
+Exit codes: 0 all staged; 2 bad option, or DEST (or a parent of it) is a file; 3 nothing matches or unsafe
+keys (nothing written); 7 some objects failed (the others landed; re-run to retry); 8 lfs failed.
 """
 
 

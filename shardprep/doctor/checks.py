@@ -60,6 +60,7 @@ class Context:
     sample_source: str = "generated English text"
     bytes_per_token: float | None = None
     doc_bytes: float | None = None
+    input_warnings: list[str] = field(default_factory=list)   # sampled inputs that look binary (inputs.health)
 
 
 @dataclass
@@ -155,7 +156,9 @@ def _read_sample(ctx: Context) -> dict:
             ctx.sample.append(text)
             chars += len(text)
             if len(ctx.sample) >= SAMPLE_DOCS or chars >= SAMPLE_CHARS:
+                ctx.input_warnings = skips.warnings
                 return skips.counts
+    ctx.input_warnings = skips.warnings
     return skips.counts
 
 
@@ -185,6 +188,11 @@ def check_input(ctx: Context) -> Check:
     elif skipped.get("missing_field"):
         return Check("input", WARN, msg + f"; no document in the sample has the field {ctx.text_field!r}",
                      "name the text field with --text-field (jsonl key / parquet or arrow column)", details, EXIT_INPUT)
+    if ctx.input_warnings:
+        details["suspicious_inputs"] = ctx.input_warnings
+        return Check("input", WARN, msg + f"; {len(ctx.input_warnings)} sampled input(s) look binary or "
+                     f"mis-encoded: {ctx.input_warnings[0]}", "look at the named file(s) (`file PATH`): remove them, "
+                     "convert them to UTF-8, or name the right --text-field", details, EXIT_INPUT)
     big = [i.path for i in ctx.found if i.compression and i.size > SPLIT_LIMIT]
     if big:
         return Check("input", WARN, msg + f"; {len(big)} compressed file(s) over {human_bytes(SPLIT_LIMIT)} cannot be "

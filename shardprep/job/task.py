@@ -25,6 +25,7 @@ from shardprep.job.options import TokenizeOptions
 from shardprep.errors import InputDataError, Preempted, TokenizerError
 from shardprep.storage.atomic import remove_stale_temps, write_json_atomic
 from shardprep.inputs.discover import InputFile
+from shardprep.inputs.planned import changed_since_planned
 from shardprep.inputs.readers import SkipLog, WorkItem, iter_documents
 from shardprep.job.state import load_job, read_sidecar, sidecar_problem
 from shardprep.job.resources import peak_rss_bytes, set_tokenizer_threads, usable_cpus
@@ -80,7 +81,7 @@ def _check_inputs_unchanged(inputs: list[InputFile], items: list[WorkItem]) -> N
             st = os.stat(inp.path)
         except OSError as e:
             raise InputDataError(f"input {inp.path} is not readable: {e.strerror}") from None
-        if st.st_size != inp.size or st.st_mtime_ns != inp.mtime_ns:
+        if changed_since_planned(inp, st):
             raise InputDataError(f"input {inp.path} changed since it was planned (size or mtime differs)",
                                  hint="re-plan into a new output directory")
 
@@ -216,6 +217,7 @@ def _run(output: Path, job: dict, task: int, stop: StopFlag, progress: ProgressF
         "chunks": result.chunks.as_dict(),
         "skipped": skips.counts,
         "skipped_examples": skips.examples,
+        **({"warnings": skips.warnings} if skips.warnings else {}),   # inputs.health; absent when none
         "inputs": [{"path": inputs[i.input].path, **{k: v for k, v in i.to_dict().items() if k != "input"}}
                    for i in items],
         "backend": backend_info or {"name": None, "requested": opts.backend, "check": None},

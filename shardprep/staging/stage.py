@@ -32,7 +32,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
-from shardprep.errors import InputDataError
+from shardprep.errors import ConfigError, InputDataError
 from shardprep.storage.atomic import fsync_dir, is_temp_name, temp_name_for
 from shardprep.storage.lustre import STAGED_INPUT_LAYOUT, StripeLayout, prepare_output_dir
 from shardprep.staging import keys as keymod
@@ -122,10 +122,22 @@ def select_objects(listing: list[RemoteObject], prefix: str, include: tuple[str,
     return chosen
 
 
+def check_destination(dest: Path) -> None:
+    """DEST must be a directory, or not exist yet below a directory: refuse a file there (or on the way)
+    with one line now, rather than a traceback once the first object arrives."""
+    for path in (dest, *dest.absolute().parents):
+        if path.is_dir():
+            return
+        if path.exists() or path.is_symlink():
+            what = "DEST" if path == dest else f"DEST {dest}: its parent"
+            raise ConfigError(f"{what} {path} is a file, not a directory", hint="name a directory to stage into")
+
+
 def plan_stage(options: StageOptions, client: Any) -> StagePlan:
     """List once, filter, refuse unsafe keys (raising before anything is written), find what to skip."""
     from botocore.exceptions import BotoCoreError, ClientError
 
+    check_destination(options.dest)
     loc = parse_s3_url(options.source, what="SOURCE")
     try:
         listing = list_prefix(client, loc.bucket, loc.prefix)
@@ -144,6 +156,10 @@ def plan_stage(options: StageOptions, client: Any) -> StagePlan:
         raise InputDataError(f"{len(refused)} key(s) under {loc.url} would escape or collide in {options.dest}: "
                              f"{shown}{more}; nothing was written",
                              hint="leave them out with --exclude")
+    cased = keymod.case_collisions(mapping)
+    if cased:
+        log.warning("%d group(s) of keys under %s differ only by letter case (one file on a case-insensitive "
+                    "file system): %s", len(cased), loc.url, "; ".join(" / ".join(g) for g in cased[:5]))
     verified = VerifiedJournal(options.dest).load()
     todo, skipped = [], []
     for obj, rel in selected:
