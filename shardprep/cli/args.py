@@ -70,6 +70,25 @@ def size_arg(text: str) -> int:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def count_arg(minimum: int = 1) -> Callable[[str], int]:
+    """argparse ``type=`` for counts (workers, files, threads ...): an integer of at least ``minimum``.
+
+    Why: ``--workers -2`` used to be accepted and fail later (a traceback from the thread pool) or be
+    silently ignored; a bad count is a usage error (exit 2) that names the option and the value.
+    """
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{value} is invalid: must be at least {minimum}")
+        return value
+
+    parse.__name__ = "count"     # argparse names the type in some messages
+    return parse
+
+
 def size_text(n: int | None) -> str | None:
     """``16777216`` -> ``16M``: a byte count as ``--help`` shows it and :func:`size_arg` reads it back."""
     if n is None:
