@@ -256,11 +256,14 @@ _SLURM_HELP = {
     "signal_seconds": "send USR1 this many seconds before the time limit (default {}) so a task stops at a "
                       "safe point and is requeued",
     "job_name": "Slurm job name prefix (default {})",
+    "max_requeues": "requeue a task that stopped at its time limit at most this many times (default {}); "
+                    "then it fails with a message to raise --time or use smaller tasks (--target-task-bytes)",
 }
 # SlurmOptions field -> command-line flag (the flag's dest is the field name except for --sbatch-extra)
 _SLURM_FLAGS = {name: "--" + name.replace("_", "-") for name in _SLURM_HELP} | {"extra_sbatch": "--sbatch-extra"}
 _SLURM_KWARGS: dict[str, dict[str, Any]] = {
     "cpus_per_task": {"type": int}, "max_parallel": {"type": int}, "signal_seconds": {"type": int},
+    "max_requeues": {"type": int},
     "extra_sbatch": {"action": "append", "metavar": "OPTION", "dest": "sbatch_extra"},
 }
 
