@@ -14,14 +14,13 @@ from pathlib import Path
 
 import orjson
 import pytest
-from helpers import run_cli
+from helpers import planned_with_slurm_record, run_cli, write_slow_text
 from slurm_cluster import queue_states, submitted_job_ids, wait_for_jobs
 
-from shardprep.demo_data import sample_documents
 from shardprep.errors import EXIT_INCOMPLETE, EXIT_REQUEUE
-from shardprep.executor.slurm.jobs import SubmissionRecorder
 from shardprep.executor.slurm.options import SlurmOptions
 from shardprep.executor.slurm.render import render_tokenize, template_text
+from shardprep.executor.slurm.state import LogSummary, read_task_log
 from shardprep.executor.slurm.submission import SubmissionPlan
 
 ADVICE = "give it more time (--time) or split the work into smaller tasks (--target-task-bytes)"
@@ -81,18 +80,9 @@ def _attempt(job: str, task: int, n: int) -> str:
 
 
 def test_status_shows_attempts_and_a_task_that_gave_up(tmp_path, sample_tokenizer):
-    inp = tmp_path / "in"
-    inp.mkdir()
-    for i in range(3):
-        (inp / f"{i}.txt").write_text(f"doc {i}\n")
-    out = tmp_path / "out"
-    run_cli("plan", "-i", inp, "-o", out, "-t", sample_tokenizer)
-    rec = SubmissionRecorder(out, {"executor": "slurm", "tasks": "0-2",
-                                   "options": SlurmOptions(max_requeues=2).to_dict()})
-    rec.add_array({"job_id": "55", "offset": 0, "indices": "0-2", "tasks": "0-2", "log": "logs/{job}_{index}.out"})
+    out = planned_with_slurm_record(tmp_path, sample_tokenizer, SlurmOptions(max_requeues=2).to_dict(), "55")
     stop = "shardprep-task-exit: task={t} status=75\nshardprep: requeueing 55_{t} (attempt {n} of at most 3)\n"
     logs = out / "logs"
-    logs.mkdir()
     (logs / "55_1.out").write_text(_attempt("55", 1, 1) + stop.format(t=1, n=2) + _attempt("55", 1, 2)
                                    + stop.format(t=1, n=3) + _attempt("55", 1, 3)
                                    + "shardprep-task-exit: task=1 status=75\n"
@@ -113,16 +103,22 @@ def test_status_shows_attempts_and_a_task_that_gave_up(tmp_path, sample_tokenize
     assert status["tasks"]["2"]["attempts"] == 2 and status["tasks"]["0"]["attempts"] == 0
 
 
+def test_a_submitit_log_that_timed_out_too_many_times_reads_as_given_up(tmp_path):
+    start = "submitit INFO (2026-01-01 00:00:00,000) - Starting with JobEnvironment(job_id=8_0, hostname=n1)\n"
+    log = tmp_path / "8_0_0_log.out"
+    log.write_text(start + "submitit WARNING (...) - Caught signal SIGUSR2 on n1: this job is timed-out.\n" + start
+                   + "submitit INFO (...) - Job not requeued because: timed-out too many times.\n"
+                   + "submitit ERROR (...) - Submitted job triggered an exception\n")
+    assert read_task_log(log) == LogSummary(status=1, attempts=2, gave_up=True)
+
+
 # --- live Slurm: USR1 (what Slurm sends --signal-seconds before the limit) on every attempt ---------------
 
 @pytest.fixture(scope="module")
 def slow_corpus(tmp_path_factory) -> Path:
     """One ~7 MB file: with the hf backend on one CPU its task runs for seconds, long enough to interrupt."""
     d = tmp_path_factory.mktemp("slow")
-    docs = sample_documents(4000, seed=11)
-    with open(d / "big.txt", "w") as f:
-        for rep in range(6):
-            f.write("\n".join(f"{rep} {t}" for t in docs) + "\n")
+    write_slow_text(d / "big.txt")
     return d
 
 

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import run_cli
+from helpers import planned_with_slurm_record, run_cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -380,19 +380,9 @@ def test_batch_script_passes_on_a_failure_without_requeue(tmp_path):
 def test_status_without_slurm_answers_reads_failures_from_the_logs(tmp_path, sample_tokenizer):
     """Slurm forgot the jobs (or there is no Slurm): status still tells done, failed (with the log tail)
     and missing tasks from sidecars, jobs.json and the logs."""
-    from shardprep.executor.slurm.jobs import SubmissionRecorder
-
-    inp = tmp_path / "in"
-    inp.mkdir()
-    for i in range(3):
-        (inp / f"{i}.txt").write_text(f"doc {i}\n")
-    out = tmp_path / "out"
-    run_cli("plan", "-i", inp, "-o", out, "-t", sample_tokenizer)
+    out = planned_with_slurm_record(tmp_path, sample_tokenizer, SlurmOptions().to_dict(), "987654321", finalize={
+        "job_id": "987654322", "dependency": "afterok:987654321", "log": "logs/finalize-987654322.out"})
     run_cli("run-task", out, "--task-id", "0")
-    rec = SubmissionRecorder(out, {"executor": "slurm", "tasks": "0-2", "options": SlurmOptions().to_dict()})
-    rec.add_array({"job_id": "987654321", "offset": 0, "indices": "0-2", "tasks": "0-2",
-                   "log": "logs/{job}_{index}.out"})
-    rec.set_finalize({"job_id": "987654322", "dependency": "afterok:987654321", "log": "logs/finalize-987654322.out"})
     (out / "logs" / "987654321_1.out").write_text(
         "shardprep: task 1 = array element 987654321_1, attempt 1, on n1 at 2026-01-01T00:00:00\n"
         "shardprep run-task: error: /data/1.txt:7: invalid utf8 (--strict)\n"
