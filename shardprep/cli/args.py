@@ -114,7 +114,8 @@ def add_plan_arguments(p: argparse.ArgumentParser, *, required: bool = True) -> 
                    help="tokenizer.json file, directory with tokenizer files, or Hugging Face hub id "
                         "(fast tokenizers only)")
     g.add_argument("--overwrite", action="store_true",
-                   help="if OUTPUT holds a different plan, delete its shards and start over (default: refuse)")
+                   help="if OUTPUT holds a different plan, delete what shardprep wrote there (shards, plan, index, "
+                        "logs; other files are kept) and start over (default: refuse)")
 
     add_stripe_arguments(p)
     tok = TokenizeOptions
