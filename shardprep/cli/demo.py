@@ -1,7 +1,8 @@
 """``shardprep demo``: the whole job end to end on the embedded default.
 
 Generates a sample corpus (txt, jsonl, jsonl.gz), trains a small byte-level BPE tokenizer offline unless
-one is given, tokenizes with the local executor, finalizes, verifies and prints a summary.  Needs no data
+one is given, tokenizes with the local executor, finalizes, verifies, prints a summary and ends by writing
+the report page (``shardprep report``) and printing its path.  Needs no data
 and no network, so it is the first command to run on a new machine.
 """
 
@@ -51,4 +52,18 @@ def run(args: argparse.Namespace) -> int:
           f"{t['bytes']:,} bytes; verified")
     print(f"next: shardprep status {shards}; shardprep inspect {shards}/shard-00000.tar --decode 2")
     inspect_cmd.run(argparse.Namespace(shard=str(shards / "shard-00000.tar"), decode=1, tokenizer=None, max_chars=200))
+    _write_report(shards)
     return 0
+
+
+def _write_report(shards: Path) -> None:
+    """The last step: the report page (figures need the ``[report]`` extra, which ``make demo`` installs)."""
+    from shardprep._extras import MissingExtra
+    from shardprep.report.build import report_numbers, write_report
+
+    try:
+        written = write_report(report_numbers(shards), shards / "report.html")
+    except MissingExtra as e:
+        print(f"report: not written: {e}")
+        return
+    print(f"report: {written.html} (open it in a browser; figures as PNG beside it)")

@@ -25,6 +25,7 @@ COMMANDS: tuple[str, ...] = (
     "finalize",
     "verify",
     "inspect",
+    "report",
     "demo",
     "export_hf",
     "doctor",

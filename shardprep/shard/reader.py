@@ -77,13 +77,16 @@ def read_chunk(src: ByteSource, chunk: Chunk, dtype: str) -> tuple[np.ndarray, n
     """Return ``(tokens, doclens)`` of one sample with exactly two ranged reads (one in doc layout)."""
     dt = np.dtype(DTYPES[dtype])
     tokens = np.frombuffer(src.read(chunk.tokens_offset, chunk.tokens * dt.itemsize), dtype=dt)
-    if chunk.doclens_itemsize:
-        ldt = np.dtype(f"<u{chunk.doclens_itemsize}")
-        lens = np.frombuffer(src.read(chunk.doclens_offset, chunk.docs * ldt.itemsize), dtype=ldt)
-        lens = lens.astype(np.int64)
-    else:
-        lens = np.array([chunk.tokens], dtype=np.int64)
-    return tokens, lens
+    return tokens, read_doclens(src, chunk)
+
+
+def read_doclens(src: ByteSource, chunk: Chunk) -> np.ndarray:
+    """Document lengths of one sample (int64) without its tokens: one small ranged read in pack layout,
+    none in doc layout (the sample is one document of ``chunk.tokens`` tokens)."""
+    if not chunk.doclens_itemsize:
+        return np.array([chunk.tokens], dtype=np.int64)
+    ldt = np.dtype(f"<u{chunk.doclens_itemsize}")
+    return np.frombuffer(src.read(chunk.doclens_offset, chunk.docs * ldt.itemsize), dtype=ldt).astype(np.int64)
 
 
 def split_docs(tokens: np.ndarray, lens: np.ndarray) -> list[np.ndarray]:

@@ -1,0 +1,50 @@
+"""``shardprep report``: a self-contained HTML page (plus PNGs) or JSON about a job, finished or running."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+NAME = "report"
+HELP = "write an HTML page with figures (and PNGs) about a job's shards, tasks and tokenizer, or print --json"
+DESCRIPTION = (
+    "Document lengths, tokens per shard, task throughput and timeline, skipped documents, backends, the "
+    "tokenizer and a few decoded documents, from OUTPUT's index.json, sidecars, shards and task logs. "
+    "Works mid-job (progress and ETA so far). The page needs matplotlib (pip install 'shardprep[report]'); "
+    "--json does not. See docs/report.md."
+)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from shardprep.report import DEFAULT_MAX_CHUNKS   # no numpy: `shardprep --help` stays cheap
+
+    p.add_argument("output", metavar="OUTPUT",
+                   help="the job's output directory, or a finalized output the loader reads (s3://bucket/prefix)")
+    p.add_argument("--html", default=None, metavar="PATH",
+                   help="where to write the page (PNGs go beside it); default: OUTPUT/report.html, or ./report.html "
+                        "for a remote OUTPUT")
+    p.add_argument("--json", action="store_true", help="print the report's numbers as JSON instead of writing a page")
+    p.add_argument("--max-chunks", type=int, default=DEFAULT_MAX_CHUNKS, metavar="N",
+                   help="read document lengths from at most N chunks, spread evenly over the job (pack layout)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from shardprep.errors import ConfigError
+    from shardprep.loader.sources import is_s3
+    from shardprep.report.build import report_numbers, write_report
+
+    if args.max_chunks < 1:
+        raise ConfigError(f"--max-chunks={args.max_chunks} is invalid: must be >= 1")
+    numbers = report_numbers(args.output, max_chunks=args.max_chunks)
+    if args.json:
+        import orjson
+
+        sys.stdout.write(orjson.dumps(numbers, option=orjson.OPT_INDENT_2).decode() + "\n")
+        return 0
+    default = Path("report.html") if is_s3(args.output) else Path(args.output) / "report.html"
+    written = write_report(numbers, Path(args.html) if args.html else default)
+    print(f"report: {written.html}")
+    for png in written.pngs:
+        print(f"  figure: {png}")
+    return 0

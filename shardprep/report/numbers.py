@@ -1,0 +1,190 @@
+"""The report's numbers: one plain dict that ``--json`` prints and the page and figures only render.
+
+Keeping every number here (and nothing computed in ``html`` or ``figures``) is what lets a test compare
+each number on the page with the same number computed independently from the output's files.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from shardprep.job.state import format_array_ranges
+from shardprep.report.collect import Output, Task
+from shardprep.report.doclens import DocLengths
+
+REPORT_VERSION = 1
+HIST_BINS = 40            # log-spaced bins of the document-length histogram
+SKIP_EXAMPLES = 20        # first skipped documents listed (in task order)
+
+
+def _stats(values: Any) -> dict[str, float | None]:
+    a = np.asarray(values, dtype=np.float64)
+    if a.size == 0:
+        return {"min": None, "max": None, "mean": None, "median": None}
+    return {"min": float(a.min()), "max": float(a.max()), "mean": float(a.mean()), "median": float(np.median(a))}
+
+
+def log_bin_edges(min_len: int, max_len: int, bins: int = HIST_BINS) -> np.ndarray:
+    """Integer bin edges spaced evenly on a log scale from ``min_len`` to ``max_len + 1`` (0 gets its own bin)."""
+    lo = max(1, min_len)
+    edges = np.unique(np.round(np.geomspace(lo, max(lo + 1, max_len + 1), bins + 1)).astype(np.int64))
+    return np.concatenate([[0], edges]) if min_len < 1 else edges
+
+
+def doc_length_numbers(d: DocLengths) -> dict:
+    lengths = d.lengths
+    out: dict = {"exact": d.exact, "documents": int(lengths.size), "documents_total": d.documents_total,
+                 "chunks_read": d.chunks_read, "chunks_total": d.chunks_total}
+    if lengths.size == 0:
+        return {**out, **_stats(lengths), "p90": None, "p99": None, "histogram": {"edges": [], "counts": []}}
+    p90, p99 = np.percentile(lengths, [90, 99])
+    edges = log_bin_edges(int(lengths.min()), int(lengths.max()))
+    counts, _ = np.histogram(lengths, bins=edges)
+    return {**out, **_stats(lengths), "p90": float(p90), "p99": float(p99),
+            "histogram": {"edges": edges.tolist(), "counts": counts.tolist()}}
+
+
+def totals(out: Output) -> dict:
+    done = out.done
+    t = {k: sum(getattr(s, k) for s in done) for k in ("samples", "documents", "tokens", "bytes")}
+    t["shards"] = len(done)
+    t["skipped"] = sum(sum(s.skipped.values()) for s in done)
+    t["bytes_per_token"] = t["bytes"] / t["tokens"] if t["tokens"] else None
+    return t
+
+
+def _eta(out: Output, running: list[int]) -> tuple[float | None, str]:
+    """``status``'s ETA: the Slurm view's when the job went through Slurm; otherwise the same estimate
+    (finished tasks' tokens/s and tokens per input byte, times the tasks running now) with running and
+    waiting tasks taken from the task logs, which every executor writes."""
+    if out.slurm is not None:
+        eta = out.slurm.get("eta_s")
+        return eta, "Slurm queue" if eta is not None else "nothing running or pending in Slurm"
+    if out.job_state is None:
+        return None, ""
+    from shardprep.executor.slurm.state import SlurmView, TaskView, estimate_eta
+
+    states = {t.task: "done" if t.sidecar else "running" if t.task in running else "pending" for t in out.tasks}
+    view = SlurmView({t: TaskView(t, st) for t, st in states.items()}, submissions=0)
+    return estimate_eta(Path(out.location), out.job_state, view)
+
+
+def progress(out: Output, now: float) -> dict:
+    """Done/missing; with task logs also the wall time so far, throughput so far and an ETA."""
+    missing = [t for t in out.tasks if t.sidecar is None]
+    not_done_logs = sorted((out.logs[t.task] for t in missing if t.task in out.logs), key=lambda lg: lg.task)
+    total_work = sum(t.planned_bytes for t in out.tasks)
+    done_work = sum(t.planned_bytes for t in out.tasks if t.sidecar is not None)
+    starts = [lg.started for lg in out.logs.values() if lg.started is not None]
+    ends = [lg.ended for t in out.tasks if t.sidecar is not None and (lg := out.logs.get(t.task)) and lg.ended]
+    running = [lg.task for lg in not_done_logs if lg.status == "running"]
+    p: dict = {
+        "tasks": len(out.tasks), "done": len(out.tasks) - len(missing), "missing": len(missing),
+        "missing_ranges": format_array_ranges([t.task for t in missing]),
+        "problems": dict(Counter(t.problem for t in missing if t.problem)),
+        "running": running,
+        "failed": [{"task": lg.task, "reason": lg.reason} for lg in not_done_logs if lg.status == "failed"],
+        "work_done": done_work / total_work if total_work else None,
+        "started_at": min(starts) if starts else None,
+        "finished_at": max(ends) if ends and not missing else None,
+        "elapsed_s": None, "tokens_per_s": None, "eta_s": 0.0 if not missing else None, "eta_basis": "",
+        "slurm": out.slurm,
+    }
+    if missing:
+        p["eta_s"], p["eta_basis"] = _eta(out, running)
+    if p["started_at"] is not None:
+        stop = p["finished_at"] if p["finished_at"] is not None else now
+        p["elapsed_s"] = elapsed = max(0.0, stop - p["started_at"])
+        p["tokens_per_s"] = sum(s.tokens for s in out.done) / elapsed if elapsed > 0 else None
+    return p
+
+
+def shard_numbers(out: Output) -> dict:
+    """Tokens per shard, and the target a shard was planned to reach (from ``--target-task-bytes``)."""
+    done = out.done
+    tokens = [s.tokens for s in done]
+    target = None
+    if out.target_task_bytes:
+        done_work = sum(t.planned_bytes for t in out.tasks if t.sidecar is not None)
+        target = out.target_task_bytes * sum(tokens) / done_work if done_work else None
+    stats = _stats(tokens)
+    return {
+        "count": len(done), "tokens": stats, "target_tokens": target,
+        "target_task_bytes": out.target_task_bytes,
+        "max_over_mean": stats["max"] / stats["mean"] if stats["mean"] else None,
+        "per_shard": [{"task": s.task, "shard": s.shard, "tokens": s.tokens, "documents": s.documents,
+                       "bytes": s.bytes} for s in done],
+    }
+
+
+def _task_row(t: Task, out: Output) -> dict:
+    lg = out.logs.get(t.task)
+    s = t.sidecar
+    return {
+        "task": t.task, "status": "done" if s else (lg.status if lg else "not started"),
+        "elapsed_s": s.elapsed_s if s else None,
+        "tokens": s.tokens if s else None,
+        "mtok_per_s": s.tokens_per_s / 1e6 if s and s.tokens_per_s is not None else None,
+        "backend": s.backend.name if s else None,
+        "started": lg.started if lg else None, "ended": lg.ended if lg else None,
+        "attempts": lg.attempts if lg else 0,
+    }
+
+
+def task_numbers(out: Output) -> dict:
+    rows = [_task_row(t, out) for t in out.tasks]
+    timed = [r for r in rows if r["elapsed_s"] is not None]
+    rates = [r["mtok_per_s"] for r in rows if r["mtok_per_s"] is not None]
+    task_s = sum(r["elapsed_s"] for r in timed)
+    slowest = sorted(timed, key=lambda r: (-r["elapsed_s"], r["task"]))[:5]
+    return {
+        "elapsed_s": {**_stats([r["elapsed_s"] for r in timed]), "sum": task_s},
+        "mtok_per_s": _stats(rates),
+        "mtok_per_task_s": sum(r["tokens"] for r in timed) / task_s / 1e6 if task_s else None,
+        "retried": sum(1 for r in rows if r["attempts"] > 1),
+        "slowest": [r["task"] for r in slowest],
+        "per_task": rows,
+    }
+
+
+def skipped_numbers(out: Output) -> dict:
+    by_reason: dict[str, int] = defaultdict(int)
+    examples = []
+    for s in out.done:
+        for reason, n in s.skipped.items():
+            by_reason[reason] += n
+        examples.extend(s.skip_examples)
+    return {
+        "total": sum(by_reason.values()), "by_reason": dict(by_reason),
+        "examples": [{"reason": e.reason, "task": e.task, "file": e.file, "line": e.line, "byte": e.byte}
+                     for e in examples[:SKIP_EXAMPLES]],
+    }
+
+
+def backend_numbers(out: Output) -> list[dict]:
+    """One row per distinct (backend, version, requested, fallback reason), with the tasks that ran it."""
+    groups: dict[tuple, list[int]] = defaultdict(list)
+    for s in out.done:
+        b = s.backend
+        groups[(b.name, b.version, b.requested, b.fallback_reason)].append(s.task)
+    return [{"name": k[0], "version": k[1], "requested": k[2], "fallback_reason": k[3], "tasks": len(v),
+             "task_ranges": format_array_ranges(v)} for k, v in sorted(groups.items(), key=lambda kv: -len(kv[1]))]
+
+
+def build_numbers(out: Output, lengths: DocLengths, tokenizer: dict, samples: list[dict],
+                  now: float | None = None) -> dict:
+    """Every number of the report, as one JSON-ready dict."""
+    now = time.time() if now is None else now
+    return {
+        "report_version": REPORT_VERSION, "output": out.location, "generated_at": now,
+        "finalized": out.finalized, "layout": out.layout, "dtype": out.dtype, "chunk_tokens": out.chunk_tokens,
+        "plan_fingerprint": out.fingerprint,
+        "totals": totals(out), "progress": progress(out, now), "tokenizer": tokenizer,
+        "doc_lengths": doc_length_numbers(lengths), "shards": shard_numbers(out), "tasks": task_numbers(out),
+        "skipped": skipped_numbers(out), "backends": backend_numbers(out), "samples": samples,
+    }
