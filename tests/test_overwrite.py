@@ -3,6 +3,7 @@ directory (and in its logs/) survive, and a job.json that is not a shardprep pla
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -74,6 +75,9 @@ def test_every_file_a_run_writes_is_on_the_overwrite_list(tmp_path, sample_token
     (raw / "a.txt").write_text("one\ntwo\n")
     out = tmp_path / "out"
     _submit(raw, out, sample_tokenizer)
+    if importlib.util.find_spec("matplotlib"):              # the [report] extra
+        run_cli("report", out)
+        assert (out / "report.html").exists()
     written = _all_files(out)
     assert written and all(written_by_shardprep(p) for p in written), written
     assert not (out / LOCK_FILE).exists()

@@ -199,6 +199,7 @@ OWNED_FILES = re.compile("|".join((
     r"slurm/jobs\.json|slurm/\d{3,}-(tokenize-\d+|finalize)\.sbatch",
     r"slurm/submitit/[^/]+_(submitted\.pkl|submission\.sh|result\.pkl|log\.out|log\.err)",
     r"slurm/submitit/\.submission_file_[^/]+\.sh",
+    r"report\.html|report-[a-z0-9-]+\.png",                 # `shardprep report` (its default place)
 )))
 _TEMP = re.compile(r"(?P<dir>(?:[^/]+/)*)\.(?P<name>[^/]+)\.[^./]+\.\d+\.tmp")   # storage.atomic.temp_name_for
 
