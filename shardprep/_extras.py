@@ -26,6 +26,9 @@ EXTRA_OF = {
     "torch": "loader",
     "braceexpand": "loader",
     "gigatoken": "fast",
+    "fsspec": "remote",
+    "gcsfs": "remote",
+    "adlfs": "remote",
     "matplotlib": "report",
 }
 

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-# Session fixtures shared by several test modules: a real S3 API (moto server) and the live Slurm cluster.
-pytest_plugins = ("s3_server", "slurm_cluster")
+# Session fixtures shared by several test modules: a real S3 API (moto server), the other object-store
+# emulators (remote_servers.py) and the live Slurm cluster.
+pytest_plugins = ("s3_server", "remote_servers", "slurm_cluster")
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 GPT2_TOKENIZER = SHARED / "tokenizers" / "gpt2" / "tokenizer.json"

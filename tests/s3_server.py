@@ -6,7 +6,8 @@ plain helpers (``make_bucket``, ``s3_client``, ``aws_env``, ``FaultProxy``) wher
 ``s3_endpoint`` is a session fixture yielding ``http://127.0.0.1:PORT``; the process environment gets
 dummy credentials (moto accepts any) and ``aws_env()`` gives the same for subprocesses, isolated from the
 developer's ``~/.aws``.  ``FaultProxy`` sits between a client and moto to answer chosen requests with
-HTTP errors, throttle response bodies, and log every request with timestamps (for ordering checks).
+HTTP errors (any S3 error code), cut response bodies mid-stream, throttle them, and log every request with
+timestamps (for counting attempts and ordering checks).
 """
 
 from __future__ import annotations
@@ -95,16 +96,18 @@ class RequestRecord:
     query: str
     status: int
     started: float
-    ended: float
-    range: str | None = None   # the request's Range header
+    ended: float       # the upstream's answer arrived (logged before the response goes out)
+    range: str | None = None   # the request's Range header (Azure's x-ms-range)
+    bytes: int = 0             # response body bytes sent
 
 
 @dataclass
 class FaultRule:
     substring: str     # matched against the unquoted path
     methods: tuple[str, ...]
-    status: int
+    status: int        # 0: forward the request, then cut the response body in half and drop the connection
     remaining: int     # -1: forever
+    code: str = "InternalError"
 
 
 @dataclass
@@ -118,6 +121,7 @@ class _ProxyState:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True    # headers and body are separate writes: no delayed-ACK stall per request
     state: _ProxyState  # set on the subclass per proxy
 
     def log_message(self, *args: Any) -> None:  # keep test output quiet
@@ -136,36 +140,38 @@ class _Handler(BaseHTTPRequestHandler):
                 self.rfile.readline()
         return self.rfile.read(int(self.headers.get("Content-Length") or 0))
 
-    def _fault(self, path: str) -> int | None:
+    def _fault(self, path: str) -> FaultRule | None:
         with self.state.lock:
             for rule in self.state.rules:
                 if rule.substring in path and self.command in rule.methods and rule.remaining != 0:
                     if rule.remaining > 0:
                         rule.remaining -= 1
-                    return rule.status
+                    return rule
         return None
 
-    def _record(self, path: str, query: str, status: int, started: float) -> None:
+    def _record(self, path: str, query: str, status: int, started: float, sent: int = 0) -> None:
+        """Log the request before its response is sent, so a client that has its answer finds it logged."""
         with self.state.lock:
             self.state.log.append(RequestRecord(self.command, path, query, status, started, time.monotonic(),
-                                                self.headers.get("Range")))
+                                                self.headers.get("Range") or self.headers.get("x-ms-range"), sent))
 
     def _proxy(self) -> None:
         started = time.monotonic()
         parsed = urllib.parse.urlsplit(self.path)
         path = urllib.parse.unquote(parsed.path)
         body = self._read_body()
-        status = self._fault(path)
-        if status is not None:
-            payload = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>InternalError</Code>'
-                       b"<Message>injected by FaultProxy</Message></Error>")
+        rule = self._fault(path)
+        if rule is not None and rule.status:
+            status = rule.status
+            payload = (f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{rule.code}</Code>'
+                       f"<Message>injected by FaultProxy</Message></Error>").encode()
+            self._record(path, parsed.query, status, started, len(payload))
             self.send_response(status)
             self.send_header("Content-Type", "application/xml")
             self.send_header("Content-Length", str(len(payload)))
             self.end_headers()
             if self.command != "HEAD":
                 self.wfile.write(payload)
-            self._record(path, parsed.query, status, started)
             return
         conn = http.client.HTTPConnection(*self.state.upstream, timeout=120)
         headers = {k: v for k, v in self.headers.items() if k.lower() not in ("transfer-encoding", "connection")}
@@ -173,6 +179,9 @@ class _Handler(BaseHTTPRequestHandler):
         conn.request(self.command, self.path, body=body, headers=headers)
         resp = conn.getresponse()
         data = resp.read() if self.command != "HEAD" else b""
+        conn.close()
+        cut = rule is not None   # a body that breaks mid-stream: half of it, then the connection drops
+        self._record(path, parsed.query, resp.status, started, len(data) // 2 if cut else len(data))
         self.send_response(resp.status)
         for k, v in resp.getheaders():
             if k.lower() not in ("transfer-encoding", "connection", "content-length", "server", "date"):
@@ -180,13 +189,15 @@ class _Handler(BaseHTTPRequestHandler):
         length = resp.getheader("Content-Length") if self.command == "HEAD" else str(len(data))
         self.send_header("Content-Length", length or "0")
         self.end_headers()
+        if cut:
+            self.wfile.write(data[:len(data) // 2])
+            self.close_connection = True
+            return
         step = 64 << 10
         for i in range(0, len(data), step):
             self.wfile.write(data[i:i + step])
             if self.state.throttle_bps:
                 time.sleep(step / self.state.throttle_bps)
-        conn.close()
-        self._record(path, parsed.query, resp.status, started)
 
     do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _proxy
 
@@ -212,10 +223,16 @@ class FaultProxy:
         with self.state.lock:
             return list(self.state.log)
 
-    def fail(self, substring: str, *, times: int = -1, methods: tuple[str, ...] = ("GET",), status: int = 500) -> None:
-        """Answer matching requests with ``status`` (``times`` times, or forever with -1)."""
+    def fail(self, substring: str, *, times: int = -1, methods: tuple[str, ...] = ("GET",), status: int = 500,
+             code: str = "InternalError") -> None:
+        """Answer matching requests with ``status`` and S3 error ``code`` (``times`` times, or forever with -1)."""
         with self.state.lock:
-            self.state.rules.append(FaultRule(substring, methods, status, times))
+            self.state.rules.append(FaultRule(substring, methods, status, times, code))
+
+    def cut(self, substring: str, *, times: int = -1) -> None:
+        """Forward matching GETs but send only half of the response body, then drop the connection."""
+        with self.state.lock:
+            self.state.rules.append(FaultRule(substring, ("GET",), 0, times))
 
     def requests_for(self, substring: str, method: str | None = None) -> list[RequestRecord]:
         return [r for r in self.log if substring in r.path and (method is None or r.method == method)]

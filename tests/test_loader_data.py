@@ -14,16 +14,25 @@ import pytest
 import torch
 from helpers import shard_documents
 from loader_helpers import documents_by_shard, make_dataset, reference_stream, write_legacy_tars
+from remote_servers import REMOTE_BACKENDS, dataset_in
 
 from shardprep.errors import ConfigError, IncompleteError, InputDataError
 from shardprep.loader import ShardDataset, make_dataloader
 
 UNEVEN = [3, 250, 40, 600, 12]          # documents per shard: very different shard sizes
+# Where the exactness and resume tests read the dataset: locally and from every remote store's emulator.
+STORES = ["local"] + [pytest.param(b, marks=pytest.mark.slow) for b in REMOTE_BACKENDS]
 
 
 @pytest.fixture(scope="module")
 def uneven(tmp_path_factory, sample_tokenizer) -> Path:
     return make_dataset(tmp_path_factory.mktemp("uneven"), sample_tokenizer, UNEVEN)
+
+
+@pytest.fixture
+def uneven_in(request, uneven) -> tuple[Path | str, dict]:
+    """``(location, storage kwargs)`` of ``uneven`` in the store named by the test's parameter."""
+    return dataset_in(request, request.param, uneven)
 
 
 @pytest.fixture(scope="module")
@@ -51,20 +60,26 @@ def run_ranks(ds_kwargs: dict, path: Path, world: int, batch: int, workers: int,
 # -- modes and coverage -------------------------------------------------------------------------------
 
 
-def test_doc_mode_unshuffled_is_index_order(uneven):
-    docs = list(ShardDataset(uneven, mode="doc", shuffle=False))
+@pytest.mark.parametrize("uneven_in", STORES, indirect=True)
+def test_doc_mode_unshuffled_is_index_order(uneven, uneven_in):
+    where, storage = uneven_in
+    docs = list(ShardDataset(where, mode="doc", shuffle=False, **storage))
     assert [d["input_ids"].tolist() for d in docs] == shard_documents(uneven)
     assert [d["doc_id"] for d in docs] == list(range(sum(UNEVEN)))
     assert docs[3]["shard"] == "shard-00001.tar" and docs[3]["doc"] == 0
     assert docs[0]["input_ids"].dtype == torch.int64
 
 
-@pytest.mark.parametrize("world,workers,shuffle", [(1, 0, False), (3, 2, True), (2, 3, True)])
-def test_pack_rows_are_the_stream_cut_into_rows(uneven, world, workers, shuffle):
+@pytest.mark.parametrize("uneven_in,world,workers,shuffle",
+                         [("local", 1, 0, False), ("local", 3, 2, True), ("local", 2, 3, True)]
+                         + [pytest.param(b, 3, 2, True, marks=pytest.mark.slow) for b in REMOTE_BACKENDS],
+                         indirect=["uneven_in"])
+def test_pack_rows_are_the_stream_cut_into_rows(uneven, uneven_in, world, workers, shuffle):
     seq, batch = 64, 4
     kwargs = dict(mode="pack", seq_len=seq, seed=11, shuffle=shuffle, shuffle_block=37, return_doc_info=True,
                   return_position_ids=True)
-    ranks = run_ranks(kwargs, uneven, world, batch, workers)
+    where, storage = uneven_in
+    ranks = run_ranks({**kwargs, **storage}, where, world, batch, workers)
     ids, stream = reference_stream(uneven, seed=11, epoch=0, shuffle=shuffle)
     stream = np.array(stream)
     n_rows = len(stream) // seq
@@ -148,15 +163,18 @@ def test_epochs_reorder_every_rank_and_are_deterministic(uneven):
 # -- resume -------------------------------------------------------------------------------------------
 
 
-def test_resume_in_new_loader_is_identical_and_survives_set_epoch(uneven):
+@pytest.mark.parametrize("uneven_in", STORES, indirect=True)
+def test_resume_in_new_loader_is_identical_and_survives_set_epoch(uneven, uneven_in):
     kwargs = dict(mode="pack", seq_len=32, seed=5, shuffle_block=50)
     full = [b["input_ids"] for b in make_dataloader(ShardDataset(uneven, **kwargs), batch_size=4)]
-    loader = make_dataloader(ShardDataset(uneven, **kwargs), batch_size=4, num_workers=2, batches_per_transfer=3)
+    where, storage = uneven_in
+    loader = make_dataloader(ShardDataset(where, **kwargs, **storage), batch_size=4, num_workers=2,
+                             batches_per_transfer=3)
     it = iter(loader)
     first = [next(it)["input_ids"] for _ in range(7)]
     state = json.loads(json.dumps(loader.state_dict()))
     del it
-    fresh = make_dataloader(ShardDataset(uneven, **kwargs), batch_size=4, num_workers=1)
+    fresh = make_dataloader(ShardDataset(where, **kwargs, **storage), batch_size=4, num_workers=1)
     fresh.load_state_dict(state)
     fresh.set_epoch(0)                                    # the usual loop head must not undo the resume
     assert len(fresh) == len(full) - 7
@@ -167,10 +185,12 @@ def test_resume_in_new_loader_is_identical_and_survives_set_epoch(uneven):
     assert len(nxt) == len(full) and not torch.equal(nxt[0], full[0])
 
 
-def test_resume_with_other_world_size_repeats_and_skips_nothing(uneven):
-    kwargs = dict(mode="pad", seq_len=16, seed=3, return_doc_info=True)
+@pytest.mark.parametrize("uneven_in", STORES, indirect=True)
+def test_resume_with_other_world_size_repeats_and_skips_nothing(uneven_in):
+    where, storage = uneven_in
+    kwargs = dict(mode="pad", seq_len=16, seed=3, return_doc_info=True, **storage)
     seen: list[int] = []
-    loaders = [make_dataloader(ShardDataset(uneven, **kwargs), batch_size=5, rank=r, world_size=2) for r in range(2)]
+    loaders = [make_dataloader(ShardDataset(where, **kwargs), batch_size=5, rank=r, world_size=2) for r in range(2)]
     for ld in loaders:
         it = iter(ld)
         for _ in range(10):
@@ -179,7 +199,7 @@ def test_resume_with_other_world_size_repeats_and_skips_nothing(uneven):
     assert state == loaders[1].state_dict()               # a global position, the same on every rank
     dropped = 0
     for r in range(3):
-        ld = make_dataloader(ShardDataset(uneven, **kwargs), batch_size=5, num_workers=2, rank=r, world_size=3)
+        ld = make_dataloader(ShardDataset(where, **kwargs), batch_size=5, num_workers=2, rank=r, world_size=3)
         ld.load_state_dict(state)
         seen.extend(i for b in ld for i in b["doc_ids"].tolist())
         dropped = ld.dropped["units"]

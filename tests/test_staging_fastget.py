@@ -4,6 +4,10 @@ What must hold for it to replace ``client.get_object``: botocore's standard retr
 the same errors and reasons (500 after the retries, 412 from ``If-Match``), the same URL as botocore for
 any key and addressing style, bytes exactly as stored (no transparent decompression), a fallback to
 ``get_object`` for redirects, and credentials that never reach a log, a reason or a file.
+
+It uses two private botocore attributes, so the installed botocore must be the pinned, tested one and the
+fast path must really be taken with it (a botocore that moves them fails here, not silently in users'
+stages); with moved internals a stage still works, through ``get_object``, with a warning.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from s3_server import FAKE_CREDENTIALS, FaultProxy, aws_env, make_bucket, s3_client  # noqa: E402
 
+from shardprep.staging import fastget  # noqa: E402
 from shardprep.staging.fastget import (BucketEndpoint, SigningCapture, direct_getter,  # noqa: E402
                                        endpoint_from_request)
 
@@ -221,12 +226,22 @@ def test_redirect_is_handed_back_to_get_object(s3_endpoint, bucket):
         assert len(proxy.requests_for("/raw/moved.txt", "GET")) == 1
 
 
+def stage_counting_get_object(endpoint: str, bucket: str, dest: Path):
+    """Stage ``s3://bucket/raw/`` into ``dest``: (summary, the keys that went through ``get_object``)."""
+    from shardprep.staging.stage import StageOptions, stage_prefix
+    from shardprep.storage.s3 import ClientOptions, make_client
+
+    options = StageOptions(f"s3://{bucket}/raw/", dest, progress=False, client=ClientOptions(endpoint_url=endpoint))
+    client = make_client(options.client)
+    via_botocore: list[str] = []
+    client.meta.events.register("before-parameter-build.s3.GetObject",
+                                lambda params, **kw: via_botocore.append(params["Key"]))
+    return stage_prefix(options, client=client), via_botocore
+
+
 @pytest.mark.s3
 def test_stage_uses_the_direct_get_for_unicode_and_encoded_objects(s3_endpoint, bucket, tmp_path):
     """Every key but the probe goes direct; bytes land exactly as stored, even gzip-encoded ones."""
-    from shardprep.storage.s3 import ClientOptions, make_client
-    from shardprep.staging.stage import StageOptions, stage_prefix
-
     c = s3_client(s3_endpoint)
     expected = {key: f"body of {key}".encode() for key in TRICKY_KEYS}
     for key, body in expected.items():
@@ -234,13 +249,7 @@ def test_stage_uses_the_direct_get_for_unicode_and_encoded_objects(s3_endpoint, 
     packed = gzip.compress(b"text that must stay compressed " * 50)
     c.put_object(Bucket=bucket, Key="raw/packed.json.gz", Body=packed, ContentEncoding="gzip")
     expected["raw/packed.json.gz"] = packed
-    options = StageOptions(f"s3://{bucket}/raw/", tmp_path / "dest", progress=False,
-                           client=ClientOptions(endpoint_url=s3_endpoint))
-    client = make_client(options.client)
-    via_botocore: list[str] = []
-    client.meta.events.register("before-parameter-build.s3.GetObject",
-                                lambda params, **kw: via_botocore.append(params["Key"]))
-    summary = stage_prefix(options, client=client)
+    summary, via_botocore = stage_counting_get_object(s3_endpoint, bucket, tmp_path / "dest")
     assert summary.files == len(expected) and not summary.failed, summary.failed
     for key, body in expected.items():
         assert (tmp_path / "dest" / key[len("raw/"):]).read_bytes() == body, key
@@ -282,3 +291,47 @@ def test_credentials_never_reach_logs_reasons_or_files(s3_endpoint, bucket, tmp_
          "--endpoint-url", s3_endpoint], env=aws_env(SECRETS), capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert SECRETS["AWS_SECRET_ACCESS_KEY"] not in r.stdout + r.stderr
+
+
+# ------------------------------------------------------------------------ the pinned botocore internals
+
+def test_pyproject_pins_the_tested_botocore_range():
+    import botocore
+
+    tomllib = pytest.importorskip("tomllib")   # Python 3.11+; the pin is the same file on 3.10
+    project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]
+    pins = [d for d in project["optional-dependencies"]["s3"] if d.startswith("botocore")]
+    assert pins == [f"botocore{fastget.tested_botocore_spec()}"]
+    assert fastget.botocore_is_tested(botocore.__version__), botocore.__version__
+    assert [fastget.botocore_is_tested(v) for v in ("1.34.0", "1.43.11", "1.44.0", "1.33.99", "2.0.0")] == \
+        [True, True, False, False, False]
+
+
+@pytest.mark.s3
+def test_the_fast_path_is_taken_with_the_installed_botocore(s3_endpoint, bucket, caplog):
+    """A failure here means this botocore moved what fastget uses: fix fastget, then move the pin."""
+    c = s3_client(s3_endpoint)
+    c.put_object(Bucket=bucket, Key="raw/first.txt", Body=b"first")
+    client = botocore_client(s3_endpoint)
+    with caplog.at_level(logging.WARNING, logger="shardprep"):
+        getter = getter_for(client, bucket, "raw/first.txt")
+    assert isinstance(getter, fastget.DirectGetter) and not caplog.records
+    assert getter._http is client._endpoint.http_session
+
+
+@pytest.mark.s3
+def test_moved_botocore_internals_fall_back_to_get_object_with_a_warning(s3_endpoint, bucket, tmp_path,
+                                                                        monkeypatch, caplog):
+    def moved(client):
+        raise AttributeError("'S3' object has no attribute '_endpoint'")
+
+    monkeypatch.setattr(fastget, "client_internals", moved)
+    c = s3_client(s3_endpoint)
+    for i in range(4):
+        c.put_object(Bucket=bucket, Key=f"raw/f{i}.txt", Body=b"x" * (i + 1))
+    with caplog.at_level(logging.WARNING, logger="shardprep"):
+        summary, via_botocore = stage_counting_get_object(s3_endpoint, bucket, tmp_path / "dest")
+    assert summary.files == 4 and not summary.failed
+    assert sorted(via_botocore) == [f"raw/f{i}.txt" for i in range(4)]          # every object, the slow way
+    [warning] = [r.getMessage() for r in caplog.records if r.name == "shardprep.staging.fastget"]
+    assert "fast small-object GET unavailable with botocore" in warning and fastget.tested_botocore_spec() in warning

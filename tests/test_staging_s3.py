@@ -556,9 +556,13 @@ def test_round_trip_stage_tokenize_upload_read_back(s3_endpoint, bucket, tmp_pat
     r = run_cli("upload", str(out), f"s3://{bucket}/shards/", "--endpoint-url", s3_endpoint)
     assert r.returncode == 0, r.stderr
 
-    loader_index = pytest.importorskip("shardprep.loader.index")
-    remote = loader_index.load_index(f"s3://{bucket}/shards/", verify=True, endpoint_url=s3_endpoint)  # sha256s
-    local = loader_index.load_index(str(out))
+    from shardprep.loader.index import load_index
+    from shardprep.loader.sources import StorageOptions
+    from shardprep.storage.s3 import ClientOptions
+
+    storage = StorageOptions(s3=ClientOptions(endpoint_url=s3_endpoint))
+    remote = load_index(f"s3://{bucket}/shards/", verify=True, storage=storage)  # sha256s
+    local = load_index(str(out))
     assert [s.name for s in remote.shards] == [s.name for s in local.shards] and len(remote.shards) == 3
     compared = 0
     for i in range(len(remote.shards)):

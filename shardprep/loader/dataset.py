@@ -31,9 +31,10 @@ from shardprep.loader.batches import Extras, doc_item, pack_arrays, pad_arrays, 
 from shardprep.loader.index import DatasetIndex, load_index
 from shardprep.loader.order import BlockShuffle, EpochStream
 from shardprep.loader.reader import ChunkReader
-from shardprep.loader.sources import is_s3
+from shardprep.loader.sources import StorageOptions, is_url
 from shardprep.loader.world import World, resolve_world, worker_slot
 from shardprep.shard.format import DTYPES, INDEX_FILE, JOB_FILE
+from shardprep.storage.s3 import ClientOptions
 
 log = logging.getLogger(__name__)
 
@@ -52,14 +53,14 @@ class PassSpec:
     per_transfer: int = 0       # >0: yield lists of that many numpy batches (the loader converts and unpacks)
 
 
-def open_dataset(path: str | Path | list, *, verify: bool, endpoint_url: str | None) -> DatasetIndex:
-    """A finalized output (dir or s3:// prefix with index.json), else legacy tars (dir, glob, list)."""
+def open_dataset(path: str | Path | list, *, verify: bool, storage: StorageOptions) -> DatasetIndex:
+    """A finalized output (a directory or URL prefix with index.json), else legacy tars (dir, glob, list)."""
     if isinstance(path, (list, tuple)):
         from shardprep.loader.legacy import load_legacy
         return load_legacy([str(p) for p in path])
     spec = str(path)
-    if is_s3(spec):
-        return load_index(spec, verify=verify, endpoint_url=endpoint_url)
+    if is_url(spec):
+        return load_index(spec, verify=verify, storage=storage)
     p = Path(spec)
     if p.is_dir() and (p / INDEX_FILE).exists():
         return load_index(spec, verify=verify)
@@ -78,7 +79,8 @@ class ShardDataset(IterableDataset):
     def __init__(self, path: str | Path | list, *, mode: str = "pack", seq_len: int | None = None, seed: int = 0,
                  shuffle: bool = True, shuffle_block: int | None = None, pad_id: int | None = None,
                  return_position_ids: bool = False, return_doc_info: bool = False, verify: bool = False,
-                 endpoint_url: str | None = None, rank: int | None = None, world_size: int | None = None,
+                 endpoint_url: str | None = None, s3: ClientOptions | None = None,
+                 storage_options: dict | None = None, rank: int | None = None, world_size: int | None = None,
                  cache_bytes: int | None = None):
         if mode not in MODES:
             raise ConfigError(f"mode={mode!r} is invalid: one of {MODES}")
@@ -90,7 +92,8 @@ class ShardDataset(IterableDataset):
         self.seq_len = None if seq_len is None else int(seq_len)
         self.extras = Extras(position_ids=return_position_ids, doc_info=return_doc_info)
         self.rank, self.world_size = rank, world_size
-        self.index = open_dataset(path, verify=verify, endpoint_url=endpoint_url)
+        storage = StorageOptions.build(endpoint_url=endpoint_url, s3=s3, storage_options=storage_options)
+        self.index = open_dataset(path, verify=verify, storage=storage)
         self.total_tokens = int(self.index.shard_tokens.sum())
         self.total_docs = int(self.index.shard_docs.sum())
         if mode == "pack":

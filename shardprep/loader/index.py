@@ -20,7 +20,7 @@ import orjson
 from shardprep.errors import IncompleteError, InputDataError
 from shardprep.shard.format import DTYPES, FORMAT_VERSION, INDEX_FILE, LAYOUTS
 from shardprep.shard.reader import ByteSource, Chunk, read_chunk
-from shardprep.loader.sources import join, object_sizes, open_source, read_bytes, sha256_of
+from shardprep.loader.sources import StorageOptions, join, object_sizes, open_source, read_bytes, sha256_of
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ class DatasetIndex:
     tokenizer: dict
     shards: list[ShardEntry]
     fingerprint: str
-    endpoint_url: str | None = None
+    storage: StorageOptions | None = None
     raw: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -94,7 +94,7 @@ class DatasetIndex:
         entry = self.shards[shard]
         where = self.location(entry.sidecar)
         try:
-            side = orjson.loads(read_bytes(where, endpoint_url=self.endpoint_url))
+            side = orjson.loads(read_bytes(where, storage=self.storage))
         except FileNotFoundError:
             raise IncompleteError(f"{where}: sidecar of {entry.name} is missing") from None
         except orjson.JSONDecodeError as e:
@@ -102,7 +102,7 @@ class DatasetIndex:
         return _validated_table(self, entry, side, where)
 
     def open(self, shard: int) -> ByteSource:
-        return open_source(self.location(self.shards[shard].name), endpoint_url=self.endpoint_url)
+        return open_source(self.location(self.shards[shard].name), storage=self.storage)
 
     def read(self, src: ByteSource, table: ChunkTable, chunk: int) -> tuple[np.ndarray, np.ndarray]:
         """``(tokens, doclens)`` of one chunk, in file order."""
@@ -148,7 +148,7 @@ def _fingerprint(parts: object) -> str:
     return hashlib.sha256(orjson.dumps(parts)).hexdigest()
 
 
-def read_index(root: str, *, endpoint_url: str | None = None) -> tuple[dict, list[ShardEntry]]:
+def read_index(root: str, *, storage: StorageOptions | None = None) -> tuple[dict, list[ShardEntry]]:
     """Read and check ``root/index.json`` as a document: (its contents, its shards).
 
     Checked: it is JSON, an object, of our format version, with a known layout and dtype and a non-empty,
@@ -158,7 +158,7 @@ def read_index(root: str, *, endpoint_url: str | None = None) -> tuple[dict, lis
     """
     where = join(str(root), INDEX_FILE)
     try:
-        raw = orjson.loads(read_bytes(where, endpoint_url=endpoint_url))
+        raw = orjson.loads(read_bytes(where, storage=storage))
     except (FileNotFoundError, NotADirectoryError):
         raise InputDataError(f"{where} does not exist: not a finalized shardprep output",
                              hint="run `shardprep finalize`, or pass legacy tars (token_ids.json samples)") from None
@@ -183,18 +183,18 @@ def read_index(root: str, *, endpoint_url: str | None = None) -> tuple[dict, lis
     return raw, shards
 
 
-def load_index(root: str, *, verify: bool = False, endpoint_url: str | None = None) -> DatasetIndex:
+def load_index(root: str, *, verify: bool = False, storage: StorageOptions | None = None) -> DatasetIndex:
     """Read ``root/index.json``, check it against the files next to it, and return the dataset.
 
     Always checked: format version, layout, dtype, every listed shard exists with the listed size.
     With ``verify``: every sidecar (as when a worker opens it) and every shard's sha256.
     """
     root = str(root)
-    raw, shards = read_index(root, endpoint_url=endpoint_url)
+    raw, shards = read_index(root, storage=storage)
     fingerprint = _fingerprint([raw["format_version"], raw.get("plan_fingerprint"), raw.get("tokenizer_fingerprint"),
                                 [[s.name, s.bytes, s.sha256] for s in shards]])
     index = DatasetIndex(root, raw["layout"], raw["dtype"], dict(raw.get("tokenizer") or {}), shards, fingerprint,
-                         endpoint_url, raw)
+                         storage, raw)
     _check_files(index)
     if verify:
         verify_all(index)
@@ -204,7 +204,7 @@ def load_index(root: str, *, verify: bool = False, endpoint_url: str | None = No
 def _check_files(index: DatasetIndex) -> None:
     """Every shard listed exists with the listed size (one scandir / S3 LIST, not one call per shard)."""
     try:
-        sizes = object_sizes(index.root, endpoint_url=index.endpoint_url)
+        sizes = object_sizes(index.root, storage=index.storage)
     except FileNotFoundError:
         raise InputDataError(f"{index.root}: directory does not exist") from None
     for s in index.shards:
@@ -220,7 +220,7 @@ def verify_all(index: DatasetIndex) -> None:
     """Eager checks: every sidecar against index.json, every shard's sha256 against both."""
     for i, s in enumerate(index.shards):
         index.chunk_table(i)
-        digest = sha256_of(index.location(s.name), endpoint_url=index.endpoint_url)
+        digest = sha256_of(index.location(s.name), storage=index.storage)
         if digest != s.sha256:
             raise IncompleteError(f"{index.location(s.name)}: sha256 {digest} does not match index.json "
                                   f"({s.sha256}): corrupt or replaced shard")

@@ -23,6 +23,7 @@ from typing import Any, Iterable, Sequence
 import orjson
 
 from shardprep.storage.atomic import atomic_writer, write_json_atomic
+from shardprep.storage.s3 import S3Location, list_objects
 
 log = logging.getLogger(__name__)
 
@@ -53,10 +54,7 @@ class RemoteObject:
 
 def list_prefix(client: Any, bucket: str, prefix: str) -> list[RemoteObject]:
     """Every object under ``prefix`` (all pages of ListObjectsV2), in key order."""
-    objects: list[RemoteObject] = []
-    paginator = client.get_paginator("list_objects_v2")
-    for page in paginator.paginate(Bucket=bucket, Prefix=prefix):
-        objects.extend(RemoteObject.from_listing(e) for e in page.get("Contents", ()))
+    objects = [RemoteObject.from_listing(e) for e in list_objects(client, S3Location(bucket, prefix))]
     log.debug("listed %d objects under s3://%s/%s", len(objects), bucket, prefix)
     return objects
 

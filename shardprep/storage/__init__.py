@@ -1,1 +1,1 @@
-"""Where bytes live: atomic local writes, Lustre placement, the S3 client layer."""
+"""Where bytes live: atomic local writes, Lustre placement, the one S3 layer, other object stores via fsspec."""

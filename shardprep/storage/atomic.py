@@ -130,10 +130,15 @@ def read_json(path: Path) -> Any:
 
 
 def sha256_file(path: Path, *, block: int = 8 << 20) -> str:
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        while chunk := f.read(block):
-            h.update(chunk)
+        return sha256_reader(f, block=block)
+
+
+def sha256_reader(f: Any, *, block: int = 8 << 20) -> str:
+    """sha256 of everything ``f.read(block)`` returns until it is empty (a file, an S3 or fsspec body)."""
+    h = hashlib.sha256()
+    while chunk := f.read(block):
+        h.update(chunk)
     return h.hexdigest()
 
 

@@ -1,17 +1,30 @@
-"""Creating the S3 client: endpoint, profile, region, retries; credentials only from the standard chain.
+"""The one S3 layer: URLs, client options and clients, and the object reads the loader needs.
 
-There is deliberately no way to pass access keys here: they come from boto3's standard chain
-(environment, ``~/.aws`` files, SSO, instance or task role), so they never appear on a command line, in
-``ps`` output or in a generated Slurm script.  Retries use botocore's *standard* mode (exponential backoff
-with jitter, retrying throttling, 5xx and connection errors) with a configurable attempt count.
+Staging (``stage``/``upload``) and the loader both come here.  There is deliberately no way to pass
+access keys: they come from boto3's standard chain (environment, ``~/.aws`` files, SSO, instance or task
+role), so they never appear on a command line, in ``ps`` output or in a generated Slurm script.
+
+Retries are botocore's *standard* mode only (exponential backoff with full jitter, retrying throttling,
+5xx and connection errors, never 4xx) with a configurable attempt count: nothing here loops around a
+botocore call.  The one exception is a body that breaks while it streams (botocore has already returned
+the response, so its retries cannot help): the reads below repeat such a request once, after a jittered
+pause, and never for an HTTP error.
+
+Clients are cached per process id and options (:func:`shared_client`): DataLoader workers fork, and a
+boto3 client (its connection pool) must not cross a fork.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import random
 import re
+import threading
+import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, Iterator, TypeVar
 
 from shardprep.errors import ConfigError, TransferError
 
@@ -19,6 +32,11 @@ log = logging.getLogger(__name__)
 
 # https://docs.aws.amazon.com/AmazonS3/latest/userguide/bucketnamingrules.html (the parts that matter here)
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
+T = TypeVar("T")
+
+
+def is_s3_url(location: object) -> bool:
+    return str(location).startswith("s3://")
 
 
 @dataclass(frozen=True)
@@ -33,20 +51,44 @@ class S3Location:
         return f"s3://{self.bucket}/{self.prefix}"
 
 
+@dataclass(frozen=True)
+class S3Object:
+    """``s3://bucket/key``: one object."""
+
+    bucket: str
+    key: str
+
+    @property
+    def url(self) -> str:
+        return f"s3://{self.bucket}/{self.key}"
+
+
+def _split_url(url: str, what: str) -> tuple[str, str]:
+    if not is_s3_url(url):
+        raise ConfigError(f"{what} must start with s3:// (got {url!r})")
+    bucket, _, rest = url[len("s3://"):].partition("/")
+    if not _BUCKET_RE.match(bucket):
+        raise ConfigError(f"{what}: {bucket!r} is not a valid S3 bucket name (in {url!r})")
+    return bucket, rest
+
+
 def parse_s3_url(url: str, *, what: str = "S3 URL") -> S3Location:
     """Parse ``s3://bucket/prefix``; a prefix always means a "directory", so ``raw`` becomes ``raw/``.
 
     ``what`` names the argument in the error (e.g. ``"SOURCE"``), so the user knows which one is wrong.
     """
-    if not url.startswith("s3://"):
-        raise ConfigError(f"{what} must start with s3:// (got {url!r})")
-    rest = url[len("s3://"):]
-    bucket, _, prefix = rest.partition("/")
-    if not _BUCKET_RE.match(bucket):
-        raise ConfigError(f"{what}: {bucket!r} is not a valid S3 bucket name (in {url!r})")
+    bucket, prefix = _split_url(url, what)
     if prefix and not prefix.endswith("/"):
         prefix += "/"
     return S3Location(bucket, prefix)
+
+
+def parse_s3_object(url: str, *, what: str = "S3 object URL") -> S3Object:
+    """Parse ``s3://bucket/key`` (a key is required and taken verbatim)."""
+    bucket, key = _split_url(url, what)
+    if not key or key.endswith("/"):
+        raise ConfigError(f"{what}: {url!r} names no object (s3://bucket/key expected)")
+    return S3Object(bucket, key)
 
 
 @dataclass(frozen=True)
@@ -83,7 +125,9 @@ def check_transfer_settings(concurrency: int, part_size: int) -> None:
 
 def make_client(options: ClientOptions) -> Any:
     """A botocore S3 client configured from ``options`` (thread-safe; share one per process)."""
-    import boto3
+    from shardprep._extras import require
+
+    boto3 = require("boto3", feature="S3 access (stage, upload, s3:// shards)")
     from botocore.config import Config
     from botocore.exceptions import ProfileNotFound
 
@@ -100,6 +144,24 @@ def make_client(options: ClientOptions) -> Any:
     return session.client("s3", endpoint_url=options.endpoint_url, config=config)
 
 
+_CLIENTS: dict[tuple[int, ClientOptions], Any] = {}
+_CLIENTS_LOCK = threading.Lock()
+
+
+def shared_client(options: ClientOptions) -> Any:
+    """This process's client for ``options`` (created once; clients are thread-safe, not fork-safe).
+
+    Keyed by process id, so a forked DataLoader worker builds its own instead of using the parent's
+    connection pool; the lock is there because creating boto3 sessions is not thread-safe.
+    """
+    key = (os.getpid(), options)
+    with _CLIENTS_LOCK:
+        client = _CLIENTS.get(key)
+        if client is None:
+            client = _CLIENTS[key] = make_client(options)
+    return client
+
+
 def describe_client_error(exc: BaseException, *, what: str) -> str:
     """A one-line description of a botocore failure, naming what was being done."""
     from botocore.exceptions import ClientError
@@ -113,7 +175,7 @@ def describe_client_error(exc: BaseException, *, what: str) -> str:
 
 def transfer_error(exc: BaseException, *, what: str) -> TransferError:
     """Turn a botocore exception into a :class:`TransferError` with a useful hint."""
-    from botocore.exceptions import NoCredentialsError, EndpointConnectionError
+    from botocore.exceptions import EndpointConnectionError, NoCredentialsError
 
     hint = None
     if isinstance(exc, NoCredentialsError):
@@ -121,3 +183,122 @@ def transfer_error(exc: BaseException, *, what: str) -> TransferError:
     elif isinstance(exc, EndpointConnectionError):
         hint = "check --endpoint-url and the network"
     return TransferError(describe_client_error(exc, what=what), hint=hint)
+
+
+def error_code(exc: BaseException) -> str:
+    """S3's error code of a ``ClientError`` (``NoSuchKey``, ``AccessDenied``, ``404`` for a HEAD), else ''."""
+    response = getattr(exc, "response", None)
+    return str(response.get("Error", {}).get("Code", "")) if isinstance(response, dict) else ""
+
+
+_MISSING = ("NoSuchKey", "NoSuchBucket", "404", "NotFound")
+BODY_RETRY_MAX_DELAY = 1.0     # seconds; the one repeat of a request whose body broke waits rand() * this
+
+
+# -- reads (the loader: index.json, sidecars, ranged shard reads, listings, sha256) -------------------------
+
+@contextlib.contextmanager
+def s3_errors(what: str) -> Iterator[None]:
+    """botocore's exceptions made ours, naming ``what``.
+
+    A missing object or bucket is ``FileNotFoundError`` and a range past the end (HTTP 416) ``EOFError``
+    (the caller knows what they mean for its file); any other failure, after botocore's retries, is a
+    :class:`TransferError`.
+    """
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        yield
+    except ClientError as e:
+        if error_code(e) in _MISSING:
+            raise FileNotFoundError(f"{what}: no such object ({error_code(e)})") from None
+        if error_code(e) == "InvalidRange":
+            raise EOFError(f"{what}: truncated: the range starts past the end of the object") from None
+        raise transfer_error(e, what=what) from None
+    except BotoCoreError as e:
+        raise transfer_error(e, what=what) from None
+
+
+def _get(client: Any, obj: S3Object, consume: Callable[[Any], T], *, what: str, **params: Any) -> T:
+    """One ``GetObject`` whose body ``consume`` reads; a body that breaks mid-stream is requested once more.
+
+    botocore's retries end when the response headers arrive, so a connection that breaks while the body
+    streams is retried here, once, after a jittered pause; HTTP errors are never retried here.
+    """
+    from s3transfer.utils import S3_RETRYABLE_DOWNLOAD_ERRORS
+
+    for attempt in (1, 2):
+        with s3_errors(what):
+            body = client.get_object(Bucket=obj.bucket, Key=obj.key, **params)["Body"]
+        try:
+            return consume(body)
+        except S3_RETRYABLE_DOWNLOAD_ERRORS as e:
+            if attempt == 2:
+                raise transfer_error(e, what=what) from None
+            delay = random.uniform(0, BODY_RETRY_MAX_DELAY)
+            log.warning("%s: the response body broke (%s); requesting it once more in %.2f s",
+                        what, type(e).__name__, delay)
+            time.sleep(delay)
+        finally:
+            body.close()
+    raise AssertionError("unreachable")
+
+
+def read_range(client: Any, obj: S3Object, offset: int, size: int) -> bytes:
+    """Exactly ``size`` bytes at ``offset`` with one ranged GET; ``EOFError`` when the object is shorter."""
+    if size <= 0:
+        return b""
+    byte_range = f"bytes={offset}-{offset + size - 1}"
+    data = _get(client, obj, lambda body: body.read(), what=f"{obj.url}: GET {byte_range}", Range=byte_range)
+    if len(data) != size:
+        what = "the server ignored the Range header" if len(data) > size else "truncated"
+        raise EOFError(f"{obj.url}: {what}: wanted {size} bytes at offset {offset}, got {len(data)}")
+    return data
+
+
+def read_object(client: Any, obj: S3Object) -> bytes:
+    """A whole small object (index.json, a sidecar); ``FileNotFoundError`` when it does not exist."""
+    return _get(client, obj, lambda body: body.read(), what=f"{obj.url}: GET")
+
+
+def sha256_object(client: Any, obj: S3Object, *, block: int = 8 << 20) -> str:
+    """sha256 of a whole object, streamed in ``block``-byte reads (never held in memory whole)."""
+    from shardprep.storage.atomic import sha256_reader
+
+    return _get(client, obj, lambda body: sha256_reader(body, block=block), what=f"{obj.url}: GET")
+
+
+def list_objects(client: Any, loc: S3Location, *, delimiter: str | None = None) -> Iterator[dict[str, Any]]:
+    """The listing entries under ``loc`` (all pages of ListObjectsV2, in key order).
+
+    With ``delimiter="/"`` only the objects directly under the prefix.  Errors are botocore's (callers
+    decide what a failed listing means; wrap in :func:`s3_errors` for the usual mapping).
+    """
+    kwargs = {"Delimiter": delimiter} if delimiter else {}
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=loc.bucket, Prefix=loc.prefix, **kwargs):
+        yield from page.get("Contents", ())
+
+
+def object_sizes(client: Any, loc: S3Location) -> dict[str, int]:
+    """``{name: size}`` of the objects directly under ``loc`` (one LIST per 1,000 objects)."""
+    with s3_errors(f"listing {loc.url}"):
+        return {e["Key"][len(loc.prefix):]: int(e["Size"]) for e in list_objects(client, loc, delimiter="/")}
+
+
+class S3Source:
+    """One S3 object as a ``ByteSource`` (``shard.reader``): each read is one ranged GET of exact bytes.
+
+    Holds no connection: the process's shared client is looked up per read, so a source created before a
+    DataLoader worker forked is still safe to use in the worker.
+    """
+
+    def __init__(self, url: str, options: ClientOptions):
+        self.path = url
+        self.obj = parse_s3_object(url)
+        self.options = options
+
+    def read(self, offset: int, size: int) -> bytes:
+        return read_range(shared_client(self.options), self.obj, offset, size)
+
+    def close(self) -> None:  # the client is shared per process; nothing to release
+        pass

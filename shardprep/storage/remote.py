@@ -1,0 +1,189 @@
+"""Shards at any URL fsspec knows (``gs://``, ``az://``, ``abfs://``, ``https://``, ``hf://`` ...), read in ranges.
+
+``s3://`` never comes here: it stays on the one S3 layer (``storage/s3.py``), so s3fs is not needed.  For
+everything else fsspec picks the file system from the URL (gcsfs, adlfs, its own HTTP one, huggingface_hub's
+``HfFileSystem``) and ``options`` (fsspec's ``storage_options``) go to that file system's constructor;
+credentials otherwise come from each library's usual places (``GOOGLE_APPLICATION_CREDENTIALS``,
+``AZURE_STORAGE_CONNECTION_STRING``, ``HF_TOKEN``, fsspec's ``FSSPEC_<PROTOCOL>_<OPTION>`` variables ...).
+
+A shard is never downloaded whole: :class:`FsspecSource` reads exactly the byte ranges asked for (one
+``cat_file(path, start, end)`` each, the sidecar's chunk table giving the offsets), and a server that
+ignores ``Range`` is an error, not a silent full download.  Retries are the file system's own (gcsfs and
+adlfs retry transient errors; fsspec's HTTP does not).  File system instances come from fsspec's cache,
+which is per process id, so a forked DataLoader worker never uses its parent's event loop or sessions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from typing import Any, Iterator, Mapping
+
+from shardprep.errors import (
+    ConfigError,
+    EnvironmentProblem,
+    ShardprepError,
+    TransferError,
+)
+
+EXTRA = "remote"
+# scheme:// or fsspec's chained form (simplecache::gs://...)
+_URL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*(://|::)")
+
+
+def is_fsspec_url(location: object) -> bool:
+    """A URL for fsspec: any ``scheme://`` (or chained ``a::b://``) except ``s3://``."""
+    text = str(location)
+    return bool(_URL_RE.match(text)) and not text.startswith("s3://")
+
+
+def resolve(url: str, options: Mapping[str, Any]) -> tuple[Any, str]:
+    """``(file system, path)`` for ``url``: fsspec's choice, built with ``options``.
+
+    A missing optional package is one line naming the extra to install.
+    """
+    scheme = url.split("://", 1)[0]
+    try:
+        import fsspec
+        from fsspec.core import url_to_fs
+    except ImportError as e:
+        raise _missing(url, scheme, e) from None
+    try:
+        return url_to_fs(url, **options)
+    except ImportError as e:
+        raise _missing(url, scheme, e) from None
+    except ValueError as e:
+        if scheme not in fsspec.available_protocols():
+            raise ConfigError(f"{url}: no fsspec file system for {scheme}:// ({e})") from None
+        raise ConfigError(f"{url}: {e}") from None
+
+
+def _missing(url: str, scheme: str, e: ImportError) -> EnvironmentProblem:
+    from shardprep._extras import MissingExtra
+
+    return MissingExtra(f"{url}: reading {scheme}:// needs a package that is not installed ({e})",
+                        hint=f"pip install 'shardprep[{EXTRA}]'")
+
+
+def _status(exc: BaseException) -> int | None:
+    """The HTTP status a file system library put on its exception (aiohttp, azure-core, gcsfs)."""
+    for attr in ("status", "status_code", "code"):
+        value = getattr(exc, attr, None)
+        if isinstance(value, int):
+            return value
+    return None
+
+
+@contextlib.contextmanager
+def remote_errors(what: str) -> Iterator[None]:
+    """File system exceptions made ours, naming ``what``, as ``storage.s3.s3_errors`` does for S3.
+
+    Missing: ``FileNotFoundError``; a range past the end (HTTP 416): ``EOFError``; anything else the
+    library raised (after its own retries): a one-line :class:`TransferError`.
+    """
+    try:
+        yield
+    except (ShardprepError, EOFError):
+        raise
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{what}: no such file") from None
+    except Exception as e:  # each library has its own exception tree; all of them end here
+        status = _status(e)
+        if status == 404:
+            raise FileNotFoundError(f"{what}: no such file (HTTP 404)") from None
+        if status == 416:
+            raise EOFError(f"{what}: truncated: the range starts past the end of the file") from None
+        detail = (str(e).strip().splitlines() or [""])[0]
+        hint = "check the credentials for this store" if isinstance(e, PermissionError) or status in (401, 403) \
+            else None
+        raise TransferError(f"{what}: {type(e).__name__}: {detail}", hint=hint) from None
+
+
+class FsspecSource:
+    """One remote file as a ``ByteSource`` (``shard.reader``): each read is one ranged read of exact bytes.
+
+    The file system is looked up again after a fork (fsspec's instance cache is per process).
+    """
+
+    def __init__(self, url: str, options: Mapping[str, Any]):
+        self.path = url
+        self.options = options
+        self._pid = -1
+        self._fs: Any = None
+        self._fs_path = ""
+
+    def _resolved(self) -> tuple[Any, str]:
+        if self._pid != os.getpid():
+            self._fs, self._fs_path = resolve(self.path, self.options)
+            self._pid = os.getpid()
+        return self._fs, self._fs_path
+
+    def read(self, offset: int, size: int) -> bytes:
+        if size <= 0:
+            return b""
+        fs, path = self._resolved()
+        with remote_errors(f"{self.path}: read {size} bytes at {offset}"):
+            data = fs.cat_file(path, start=offset, end=offset + size)
+        if len(data) != size:
+            what = "the server ignored the Range request" if len(data) > size else "truncated"
+            raise EOFError(f"{self.path}: {what}: wanted {size} bytes at offset {offset}, got {len(data)}")
+        return data
+
+    def close(self) -> None:  # file systems are shared per process; nothing to release
+        pass
+
+
+def read_object(url: str, options: Mapping[str, Any]) -> bytes:
+    """A whole small file (index.json, a sidecar); ``FileNotFoundError`` when it does not exist."""
+    fs, path = resolve(url, options)
+    with remote_errors(f"{url}: read"):
+        return fs.cat_file(path)
+
+
+def object_sizes(root: str, options: Mapping[str, Any]) -> Mapping[str, int]:
+    """``{name: size}`` of the files directly under ``root``: one listing, or for HTTP a HEAD per name asked.
+
+    HTTP has no listing (a server's HTML index is not one), so there the sizes are looked up lazily, only
+    for the names the caller asks about.
+    """
+    fs, path = resolve(root.rstrip("/"), options)
+    if {"http", "https"} & set(_protocols(fs)):
+        return HeadSizes(fs, root)
+    with remote_errors(f"listing {root}"):
+        entries = fs.ls(path, detail=True)
+    return {e["name"].rstrip("/").rsplit("/", 1)[-1]: int(e["size"]) for e in entries if e.get("type") == "file"}
+
+
+def _protocols(fs: Any) -> tuple[str, ...]:
+    return (fs.protocol,) if isinstance(fs.protocol, str) else tuple(fs.protocol)
+
+
+class HeadSizes(Mapping[str, int]):
+    """Sizes under an HTTP ``root``, one HEAD per name looked up (cannot be listed or counted)."""
+
+    def __init__(self, fs: Any, root: str):
+        self._fs, self._root = fs, root.rstrip("/")
+
+    def __getitem__(self, name: str) -> int:
+        url = f"{self._root}/{name}"
+        try:
+            with remote_errors(f"{url}: HEAD"):
+                return int(self._fs.info(url)["size"])
+        except FileNotFoundError:
+            raise KeyError(name) from None
+
+    def __iter__(self) -> Iterator[str]:
+        raise TypeError(f"{self._root}: an HTTP location cannot be listed; look sizes up by name")
+
+    def __len__(self) -> int:
+        raise TypeError(f"{self._root}: an HTTP location cannot be listed; look sizes up by name")
+
+
+def sha256_object(url: str, options: Mapping[str, Any], *, block: int = 8 << 20) -> str:
+    """sha256 of a whole remote file, streamed in ``block``-byte reads (``verify``)."""
+    from shardprep.storage.atomic import sha256_reader
+
+    fs, path = resolve(url, options)
+    with remote_errors(f"{url}: read"), fs.open(path, "rb", block_size=block) as f:
+        return sha256_reader(f, block=block)
