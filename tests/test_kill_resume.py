@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import run_cli
+from helpers import run_cli, write_slow_text
 
 from shardprep.errors import EXIT_REQUEUE
 from shardprep.demo_data import sample_documents
@@ -21,12 +21,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def big_input(tmp_path_factory) -> Path:
-    d = tmp_path_factory.mktemp("big")
-    docs = sample_documents(4000, seed=11)
-    with open(d / "big.txt", "w") as f:
-        for rep in range(6):
-            f.write("\n".join(f"{rep} {t}" for t in docs) + "\n")
-    return d / "big.txt"
+    return write_slow_text(tmp_path_factory.mktemp("big") / "big.txt")
 
 
 def _start_task(out: Path) -> subprocess.Popen:

@@ -17,7 +17,7 @@ import sys
 from typing import Sequence
 
 from shardprep import __version__
-from shardprep.errors import ShardprepError
+from shardprep.errors import EXIT_INTERRUPTED, ShardprepError
 
 # Module names under shardprep.cli, in the order `shardprep --help` lists them.
 COMMANDS: tuple[str, ...] = (
@@ -106,7 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return e.exit_code
     except KeyboardInterrupt:
         print(f"shardprep {args.command}: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         return 0
 

@@ -12,10 +12,13 @@ from pathlib import Path
 from shardprep import __version__
 from shardprep.errors import IncompleteError, InputDataError
 from shardprep.storage.atomic import write_json_atomic
+from shardprep.storage.lock import output_lock
 from shardprep.job.state import format_array_ranges, job_state, load_job
 from shardprep.shard.format import FORMAT_VERSION, INDEX_FILE
 
 log = logging.getLogger(__name__)
+
+LOCK_WAIT_S = 60.0
 
 
 def build_index(output: Path) -> dict:
@@ -67,10 +70,15 @@ def build_index(output: Path) -> dict:
 
 
 def finalize(output: Path) -> dict:
-    """Write ``<output>/index.json`` atomically and return it."""
+    """Write ``<output>/index.json`` atomically and return it.
+
+    Holds the output directory's lock, waiting up to ``LOCK_WAIT_S`` for it: a Slurm finalize job whose
+    tasks finished quickly may start while the ``submit`` that queued it is still recording job ids.
+    """
     output = Path(output)
-    index = build_index(output)
-    write_json_atomic(output / INDEX_FILE, index)
+    with output_lock(output, wait_s=LOCK_WAIT_S):
+        index = build_index(output)
+        write_json_atomic(output / INDEX_FILE, index)
     t = index["totals"]
     log.info("finalized %s: %d shards, %d documents, %d tokens, %d bytes", output, t["shards"], t["documents"],
              t["tokens"], t["bytes"])

@@ -22,6 +22,8 @@ def load_job(output: Path) -> dict:
         return orjson.loads(path.read_bytes())
     except FileNotFoundError:
         raise IncompleteError(f"{output} holds no {JOB_FILE}", hint="run `shardprep plan` or `submit` first") from None
+    except NotADirectoryError:
+        raise ConfigError(f"output directory {output} is a file, not a directory") from None
     except orjson.JSONDecodeError as e:
         raise IncompleteError(f"{path} is not valid JSON ({e})") from None
 

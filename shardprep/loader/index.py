@@ -148,21 +148,24 @@ def _fingerprint(parts: object) -> str:
     return hashlib.sha256(orjson.dumps(parts)).hexdigest()
 
 
-def load_index(root: str, *, verify: bool = False, storage: StorageOptions | None = None) -> DatasetIndex:
-    """Read ``root/index.json``, check it against the files next to it, and return the dataset.
+def read_index(root: str, *, storage: StorageOptions | None = None) -> tuple[dict, list[ShardEntry]]:
+    """Read and check ``root/index.json`` as a document: (its contents, its shards).
 
-    Always checked: format version, layout, dtype, every listed shard exists with the listed size.
-    With ``verify``: every sidecar (as when a worker opens it) and every shard's sha256.
+    Checked: it is JSON, an object, of our format version, with a known layout and dtype and a non-empty,
+    well-formed shard list; every failure is one InputDataError naming the file (a torn or foreign
+    index.json must not surface as a KeyError).  The files it lists are not looked at here: the loader
+    checks them all at once (:func:`load_index`), ``shardprep verify`` shard by shard.
     """
-    root = str(root)
-    where = join(root, INDEX_FILE)
+    where = join(str(root), INDEX_FILE)
     try:
         raw = orjson.loads(read_bytes(where, storage=storage))
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         raise InputDataError(f"{where} does not exist: not a finalized shardprep output",
                              hint="run `shardprep finalize`, or pass legacy tars (token_ids.json samples)") from None
     except orjson.JSONDecodeError as e:
-        raise InputDataError(f"{where}: not valid JSON ({e})") from None
+        raise InputDataError(f"{where}: not valid JSON ({e}): torn, or not written by shardprep") from None
+    if not isinstance(raw, dict):
+        raise InputDataError(f"{where}: not a shardprep index (a JSON {type(raw).__name__}, not an object)")
     version = raw.get("format_version")
     if version != FORMAT_VERSION:
         raise InputDataError(f"{where}: format_version {version!r} is not supported (this shardprep reads "
@@ -177,9 +180,20 @@ def load_index(root: str, *, verify: bool = False, storage: StorageOptions | Non
         raise InputDataError(f"{where}: malformed shard list ({e!r})") from None
     if not shards:
         raise InputDataError(f"{where}: lists no shards")
-    fingerprint = _fingerprint([version, raw.get("plan_fingerprint"), raw.get("tokenizer_fingerprint"),
+    return raw, shards
+
+
+def load_index(root: str, *, verify: bool = False, storage: StorageOptions | None = None) -> DatasetIndex:
+    """Read ``root/index.json``, check it against the files next to it, and return the dataset.
+
+    Always checked: format version, layout, dtype, every listed shard exists with the listed size.
+    With ``verify``: every sidecar (as when a worker opens it) and every shard's sha256.
+    """
+    root = str(root)
+    raw, shards = read_index(root, storage=storage)
+    fingerprint = _fingerprint([raw["format_version"], raw.get("plan_fingerprint"), raw.get("tokenizer_fingerprint"),
                                 [[s.name, s.bytes, s.sha256] for s in shards]])
-    index = DatasetIndex(root, layout, dtype, dict(raw.get("tokenizer") or {}), shards, fingerprint,
+    index = DatasetIndex(root, raw["layout"], raw["dtype"], dict(raw.get("tokenizer") or {}), shards, fingerprint,
                          storage, raw)
     _check_files(index)
     if verify:
