@@ -339,7 +339,8 @@ def test_object_replaced_after_listing_fails_cleanly(s3_endpoint, bucket, tmp_pa
     """builtin: the If-Match GET answers 412; s5cmd (no If-Match): the re-read fails the listed ETag and a
     HEAD shows a new one.  Either way the same message, and nothing lands."""
     from shardprep.storage.s3 import ClientOptions, make_client
-    from shardprep.staging.stage import StageOptions, _Stager, plan_stage
+    from shardprep.staging.plan import plan_stage
+    from shardprep.staging.stage import StageOptions, _Stager
 
     c = s3_client(s3_endpoint)
     c.put_object(Bucket=bucket, Key="raw/small.txt", Body=b"old")
