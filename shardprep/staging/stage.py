@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from shardprep.errors import ConfigError
-from shardprep.storage.atomic import fsync_dir, is_temp_name, temp_name_for
+from shardprep.storage.atomic import fsync_dir, is_temp_name, start_writeback, temp_name_for
 from shardprep.storage.lustre import STAGED_INPUT_LAYOUT, StripeLayout, prepare_output_dir
 from shardprep.staging import s5cmd
 from shardprep.staging.fastget import DirectGetter, SigningCapture, direct_getter
@@ -280,14 +280,15 @@ class _Stager:
             if failure is not None:
                 raise s5cmd.S5cmdFailed(failure)
             self.bar.update(obj.size)
-            md5 = etag = None
-            if is_single_part_etag(obj.etag):
-                md5 = md5_hex(tmp)
-            elif obj.size >= self.options.multipart_threshold:
-                part = upload_part_size(obj.size, obj.etag, self._head(obj))
-                etag = multipart_etag(tmp, part) if part else None
             fd = os.open(tmp, os.O_RDONLY)
             try:
+                start_writeback(fd, 0, obj.size)    # s5cmd wrote it all at once: write out while we hash
+                md5 = etag = None
+                if is_single_part_etag(obj.etag):
+                    md5 = md5_hex(tmp)
+                elif obj.size >= self.options.multipart_threshold:
+                    part = upload_part_size(obj.size, obj.etag, self._head(obj))
+                    etag = multipart_etag(tmp, part) if part else None
                 os.fsync(fd)
             finally:
                 os.close(fd)
