@@ -1,14 +1,14 @@
 """The s5cmd transfer engine: s5cmd (Go) moves the bytes, shardprep keeps everything around them.
 
 Why it exists: measured side by side (docs/benchmarks.md, "Staging vs s5cmd and the CRT client"), s5cmd
-on its own copied 1,000 small objects and 3 large ones 2-6x faster than our own Python transfer code, on
-a third to a seventh of the client CPU; the issue's rule (faster by more than 1.3x) says to use such a
+on its own copied 1,000 small objects and 3 large ones 1.2-3x faster than our own Python transfer code,
+on a half to an eighth of the client CPU; the issue's rule (faster by more than 1.3x) says to use such a
 tool underneath our listing, plan, path-safety refusals, journal and verification.  Why it is not the
 default: used that way it is no longer faster.  It must be given one object at a time, and then spends a
 HEAD and a fresh client on each (so small objects always stay with our direct GET), and for large objects
 it hands over complete files, so the MD5 and the write-out that our ranged GETs overlap with the download
-come after it.  Measured, large objects: 0.86-1.38x of the builtin engine's speed depending on the server
-and the machine's load, for 1.1-1.4x less client CPU.  ``--engine s5cmd`` is there for nodes where the
+come after it.  Measured, large objects: 0.86-1.46x of the builtin engine's speed depending on the server
+and the machine's load, for 1.1-1.6x less client CPU.  ``--engine s5cmd`` is there for nodes where the
 client's CPU is what limits a stage.
 
 One s5cmd process (``s5cmd run``) takes a command file with one ``cp --raw SOURCE TEMP`` per object:
