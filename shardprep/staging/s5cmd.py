@@ -7,8 +7,8 @@ tool underneath our listing, plan, path-safety refusals, journal and verificatio
 default: used that way it is no longer faster.  It must be given one object at a time, and then spends a
 HEAD and a fresh client on each (so small objects always stay with our direct GET), and for large objects
 it hands over complete files, so the MD5 and the write-out that our ranged GETs overlap with the download
-come after it.  Measured, large objects: 0.86-1.46x of the builtin engine's speed depending on the server
-and the machine's load, for 1.1-1.6x less client CPU.  ``--engine s5cmd`` is there for nodes where the
+come after it.  Measured, large objects: 1.01-1.07x of the builtin engine's speed in the quietest run
+(0.86-1.46x across runs and servers), for 1.0-1.6x less client CPU.  ``--engine s5cmd`` is there for nodes where the
 client's CPU is what limits a stage.
 
 One s5cmd process (``s5cmd run``) takes a command file with one ``cp --raw SOURCE TEMP`` per object:
