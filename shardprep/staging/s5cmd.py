@@ -8,8 +8,8 @@ default: used that way it is no longer faster.  It must be given one object at a
 HEAD and a fresh client on each (so small objects always stay with our direct GET), and for large objects
 it hands over complete files, so the MD5 and the write-out that our ranged GETs overlap with the download
 come after it.  Measured, large objects: 1.01-1.07x of the builtin engine's speed in the quietest run
-(0.86-1.46x across runs and servers), for 1.0-1.6x less client CPU.  ``--engine s5cmd`` is there for nodes where the
-client's CPU is what limits a stage.
+(0.72-1.46x across runs and servers).  ``--engine s5cmd`` is kept, tested like the builtin engine, for
+trying it where the balance differs (real S3 from a large node, a slow fsync).
 
 One s5cmd process (``s5cmd run``) takes a command file with one ``cp --raw SOURCE TEMP`` per object:
 the source key is used literally (no globbing), the target is our hidden temporary name, and s5cmd
