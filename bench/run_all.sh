@@ -5,7 +5,8 @@
 # Usage: bench/run_all.sh [--quick]        extra arguments go to every script
 #        PYTHON=/path/to/python bench/run_all.sh
 # The datatrove comparison in bench/tokenize.py needs bench/setup_datatrove.sh to have run once, the
-# staging comparison against s3rver (bench/results/stage-s3rver.md) bench/setup_s3rver.sh (make bench-setup).
+# staging comparison against s3rver (bench/results/stage-s3rver.md) bench/setup_s3rver.sh, and the s5cmd / CRT
+# columns of both staging reports bench/setup_s3tools.sh (make bench-setup runs all three).
 # Benchmarks load every core: run them on an otherwise idle machine.
 set -uo pipefail
 cd "$(dirname "$0")/.."
