@@ -17,3 +17,4 @@ bench: install
 bench-setup:
 	bash bench/setup_datatrove.sh
 	bash bench/setup_s3rver.sh
+	bash bench/setup_s3tools.sh

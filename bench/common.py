@@ -21,8 +21,14 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-# beside the repository (/work/main -> /work/shared) or beside a worktree's parent (/work/wt/x -> /work/shared)
-SHARED = next((p for p in (REPO.parent / "shared", REPO.parent.parent / "shared") if p.is_dir()), REPO.parent / "shared")
+
+
+def _find_shared() -> Path:
+    """``shared/`` beside the checkout; a git worktree sits deeper (``wt/<name>/``), so look upward."""
+    return next((p / "shared" for p in REPO.parents if (p / "shared").is_dir()), REPO.parent / "shared")
+
+
+SHARED = _find_shared()
 GPT2 = SHARED / "tokenizers" / "gpt2" / "tokenizer.json"
 ENGLISH_SOURCES = ("wikitext2_valid.txt", "wikitext2_test.txt", "tinyshakespeare.txt")
 MB = 1 << 20
@@ -237,6 +243,15 @@ def markdown_table(header: list[str], rows: list[list[object]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def write_report(out: str | Path, report: str, results: dict) -> None:
+    """The markdown report at ``out``, the raw numbers as JSON beside it, and the report on stdout."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(report)
+    out.with_suffix(".json").write_text(json.dumps(results, indent=1))
+    print(report)
 
 
 def python() -> str:

@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
-# Run every benchmark present (tokenize, loader, stage, report, plan_scale) and write each one's markdown table to
+# Run every benchmark present (tokenize, tokenizer_families, loader, stage, report plan_scale) and write each one's markdown table to
 # bench/results/<name>.md; docs/benchmarks.md quotes those tables.
 #
 # Usage: bench/run_all.sh [--quick]        extra arguments go to every script
 #        PYTHON=/path/to/python bench/run_all.sh
 # The datatrove comparison in bench/tokenize.py needs bench/setup_datatrove.sh to have run once, the
-# staging comparison against s3rver (bench/results/stage-s3rver.md) bench/setup_s3rver.sh (make bench-setup).
+# staging comparison against s3rver (bench/results/stage-s3rver.md) bench/setup_s3rver.sh, and the s5cmd / CRT
+# columns of both staging reports bench/setup_s3tools.sh (make bench-setup runs all three).
 # Benchmarks load every core: run them on an otherwise idle machine.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python}"
 mkdir -p bench/results
 status=0
-runs=(tokenize loader stage report plan_scale)
+runs=(tokenize tokenizer_families loader stage report plan_scale)
 [ -x /tmp/s3rver/node_modules/.bin/s3rver ] && runs+=(stage-s3rver)
 for name in "${runs[@]}"; do
     script="bench/${name%%-*}.py"

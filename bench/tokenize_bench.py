@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import GPT2, MB, REPO, SHARED, ensure_corpus, machine_info, python, run_child  # noqa: E402
+from common import GPT2, MB, REPO, SHARED, ensure_corpus, machine_info, python, run_child, write_report  # noqa: E402
 from tokenize_report import render_report  # noqa: E402
 
 CHILD = str(Path(__file__).resolve().parent / "tokenize_children.py")
@@ -219,12 +219,7 @@ def main(argv: list[str] | None = None) -> int:
         results["within_task"] = measure_within_task(english, log)
     results["load_avg_at_end"] = [round(x, 2) for x in os.getloadavg()]
 
-    report = render_report(results)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(report)
-    out.with_suffix(".json").write_text(json.dumps(results, indent=1))
-    print(report)
+    write_report(args.out, render_report(results), results)
     return 0
 
 

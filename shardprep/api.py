@@ -16,6 +16,7 @@ from shardprep.job.options import PlanOptions, TokenizeOptions
 from shardprep.inputs.discover import discover_inputs
 from shardprep.job.plan import Plan, make_plan, require_documents_possible, write_plan
 from shardprep.job.schema import Job
+from shardprep.storage.lock import is_unused_dir, output_lock
 from shardprep.tokenizer.load import resolve_tokenizer
 
 log = logging.getLogger(__name__)
@@ -29,10 +30,18 @@ def plan_job(inputs: Sequence[str | Path], output: str | Path, tokenizer: str | 
     ``prepare_dir(output) -> dict | None`` runs before job.json is written (Lustre striping must be set
     on the empty directory before the first file); what it returns is recorded as ``job.lustre``.
     Returns the plan and the job as written (or as already present, when identical).
+    Holds the output directory's lock throughout (``storage.lock``: one writer per directory); an output
+    path that is a file or cannot be written is a one-line error before any input is read.
     """
+    with output_lock(output):
+        return _plan_job(inputs, Path(output), tokenizer, options, plan_options, overwrite, prepare_dir)
+
+
+def _plan_job(inputs: Sequence[str | Path], output: Path, tokenizer: str | Path, options: TokenizeOptions | None,
+              plan_options: PlanOptions | None, overwrite: bool, prepare_dir) -> tuple[Plan, Job]:
     options = options or TokenizeOptions()
     plan_options = plan_options or PlanOptions()
-    found = discover_inputs([str(i) for i in inputs])
+    found = discover_inputs([str(i) for i in inputs], strict=options.strict)
     require_documents_possible(found)
     resolved = resolve_tokenizer(str(tokenizer), eos_token=options.eos_token, bos_token=options.bos_token)
     if options.add_eos and resolved.info.eos_id is None:
@@ -45,12 +54,9 @@ def plan_job(inputs: Sequence[str | Path], output: str | Path, tokenizer: str | 
 
         raise TokenizerError(f"tokenizer {tokenizer} has no BOS token", hint="name one with --bos-token")
     plan = make_plan(found, resolved, options, plan_options)
-    output = Path(output)
     lustre: dict[str, Any] | None = None
     if prepare_dir is not None:
-        fresh = not output.exists() or not any(output.iterdir())
-        output.mkdir(parents=True, exist_ok=True)
-        if fresh:
+        if is_unused_dir(output):      # new: only the lock file in it
             lustre = prepare_dir(output)
     job = write_plan(output, plan, overwrite=overwrite, lustre=lustre)
     log.info("planned %d input(s) into %d task(s) in %s", len(found), job.n_tasks, output)
@@ -66,8 +72,10 @@ def tokenize_directory(inputs: str | Path | Sequence[str | Path], output: str | 
 
     if isinstance(inputs, (str, Path)):
         inputs = [inputs]
-    plan_job(inputs, output, tokenizer, TokenizeOptions(**options), PlanOptions(target_task_bytes),
-             overwrite=overwrite)
-    missing = job_state(Path(output)).missing
-    LocalExecutor(LocalOptions(workers, show_progress)).launch(Path(output), missing)
+    local = LocalOptions(workers, show_progress)          # bad values fail before anything is written
+    with output_lock(output):
+        plan_job(inputs, output, tokenizer, TokenizeOptions(**options), PlanOptions(target_task_bytes),
+                 overwrite=overwrite)
+        missing = job_state(Path(output)).missing
+        LocalExecutor(local).launch(Path(output), missing)
     return Path(output)

@@ -12,12 +12,13 @@ EXIT_OK = 0
 EXIT_INTERNAL = 1          # a bug: unexpected exception
 EXIT_USAGE = 2             # bad command line or configuration (the command-line parser uses 2 as well)
 EXIT_INPUT = 3             # bad or unreadable input data, zero documents, strict-mode violation
-EXIT_PLAN_CONFLICT = 4     # output directory holds a different frozen plan / tokenizer
+EXIT_PLAN_CONFLICT = 4     # the output directory cannot be used as asked: a different plan, in use, foreign files
 EXIT_INCOMPLETE = 5        # tasks missing or failed, verification failed
 EXIT_TOKENIZER = 6         # tokenizer cannot be loaded, is slow, or lacks a required special token
 EXIT_TRANSFER = 7          # S3 / staging failures
 EXIT_ENVIRONMENT = 8       # the machine cannot run the job (no sbatch, lfs failed, no space)
 EXIT_REQUEUE = 75          # EX_TEMPFAIL: stopped on a pre-timeout signal; safe to requeue
+EXIT_INTERRUPTED = 130     # Ctrl-C (128 + SIGINT, as a shell reports it): stopped, only complete files kept
 
 
 class ShardprepError(Exception):
@@ -57,6 +58,12 @@ class PlanConflictError(ShardprepError):
     exit_code = EXIT_PLAN_CONFLICT
 
 
+class OutputInUseError(ShardprepError):
+    """Another shardprep run holds the output directory's lock (``storage.lock``); the message names it."""
+
+    exit_code = EXIT_PLAN_CONFLICT
+
+
 class IncompleteError(ShardprepError):
     """Some tasks are missing or failed, or a shard does not verify."""
 
@@ -79,6 +86,10 @@ class EnvironmentProblem(ShardprepError):
     """The environment cannot run the job: a tool is missing or failed (message names it and its stderr)."""
 
     exit_code = EXIT_ENVIRONMENT
+
+
+class DiskFull(EnvironmentProblem):
+    """A write failed for lack of space or quota; the message names the file and the space left."""
 
 
 class Preempted(ShardprepError):

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -13,19 +12,19 @@ import pytest
 pytest_plugins = ("s3_server", "remote_servers", "slurm_cluster")
 
 
-def _shared_dir() -> Path:
-    """``$SHARDPREP_SHARED``, else ``shared/`` beside the repository or beside a worktree's parent
-    (``/work/main`` and ``/work/wt/<name>`` both find ``/work/shared``)."""
-    if os.environ.get("SHARDPREP_SHARED"):
-        return Path(os.environ["SHARDPREP_SHARED"])
+def _find_shared() -> Path:
+    """``shared/`` beside the checkout; a git worktree sits deeper (``wt/<name>/``), so look upward."""
     here = Path(__file__).resolve()
-    candidates = [here.parents[2] / "shared", here.parents[3] / "shared"]
-    return next((c for c in candidates if c.is_dir()), candidates[0])
+    for parent in here.parents[1:]:
+        if (parent / "shared").is_dir():
+            return parent / "shared"
+    return here.parents[2] / "shared"
 
 
-SHARED = _shared_dir()
+SHARED = _find_shared()
 GPT2_TOKENIZER = SHARED / "tokenizers" / "gpt2" / "tokenizer.json"
 SHARED_CORPUS = SHARED / "corpus"
+SHARED_TOKENIZERS = SHARED / "tokenizers"
 
 
 @pytest.fixture(scope="session")

@@ -24,9 +24,43 @@ def run_cli(*args: str | os.PathLike, check: bool | int = True, env: dict | None
     return proc
 
 
+def write_slow_text(path: Path) -> Path:
+    """A ~7 MB text file (24,000 documents) whose task runs for seconds with ``--backend hf`` on one CPU:
+    long enough to interrupt it mid-write (kill, pre-timeout signal, Ctrl-C)."""
+    from shardprep.demo_data import sample_documents
+
+    docs = sample_documents(4000, seed=11)
+    with open(path, "w") as f:
+        for rep in range(6):
+            f.write("\n".join(f"{rep} {t}" for t in docs) + "\n")
+    return path
+
+
+def planned_with_slurm_record(tmp_path: Path, tokenizer: Path, options: dict, job_id: str, *, tasks: int = 3,
+                              finalize: dict | None = None) -> Path:
+    """OUTPUT of a planned job of ``tasks`` one-line inputs, recorded in ``slurm/jobs.json`` as submitted in
+    array ``job_id`` (and ``finalize``, a finalize record) with Slurm ``options`` (``SlurmOptions.to_dict()``),
+    without Slurm: for the status view read from logs (write ``OUTPUT/logs/<job_id>_<task>.out`` yourself)."""
+    from shardprep.executor.slurm.jobs import SubmissionRecorder
+
+    inp = tmp_path / "in"
+    inp.mkdir()
+    for i in range(tasks):
+        (inp / f"{i}.txt").write_text(f"doc {i}\n")
+    out = tmp_path / "out"
+    run_cli("plan", "-i", inp, "-o", out, "-t", tokenizer)
+    (out / "logs").mkdir(exist_ok=True)
+    ids = f"0-{tasks - 1}"
+    rec = SubmissionRecorder(out, {"executor": "slurm", "tasks": ids, "options": options})
+    rec.add_array({"job_id": job_id, "offset": 0, "indices": ids, "tasks": ids, "log": "logs/{job}_{index}.out"})
+    if finalize:
+        rec.set_finalize(finalize)
+    return out
+
+
 def shard_documents(output: Path) -> list[list[int]]:
     """Every document of a finalized output, in index order, read through the sidecars' chunk tables."""
-    from shardprep.job.finalize import read_index
+    from shardprep.loader.index import read_index
     from shardprep.job.schema import Sidecar
     from shardprep.shard.reader import iter_shard_documents
 

@@ -111,9 +111,25 @@ class FaultRule:
 
 
 @dataclass
+class HoldRule:
+    """Matching requests wait (body read, not yet forwarded) until ``release`` is set; ``arrived`` tells
+    the test that one is waiting, so it can act while a transfer is observably in flight."""
+
+    substring: str
+    methods: tuple[str, ...]
+    query: str = ""    # also required in the query string, e.g. "partNumber=1"
+    arrived: threading.Event = field(default_factory=threading.Event)
+    release: threading.Event = field(default_factory=threading.Event)
+
+    def matches(self, method: str, path: str, query: str) -> bool:
+        return self.substring in path and method in self.methods and self.query in query
+
+
+@dataclass
 class _ProxyState:
     upstream: tuple[str, int]
     rules: list[FaultRule] = field(default_factory=list)
+    holds: list[HoldRule] = field(default_factory=list)
     throttle_bps: float | None = None
     log: list[RequestRecord] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -160,6 +176,10 @@ class _Handler(BaseHTTPRequestHandler):
         parsed = urllib.parse.urlsplit(self.path)
         path = urllib.parse.unquote(parsed.path)
         body = self._read_body()
+        for hold in list(self.state.holds):
+            if hold.matches(self.command, path, parsed.query):
+                hold.arrived.set()
+                hold.release.wait(timeout=300)
         rule = self._fault(path)
         if rule is not None and rule.status:
             status = rule.status
@@ -234,6 +254,13 @@ class FaultProxy:
         with self.state.lock:
             self.state.rules.append(FaultRule(substring, ("GET",), 0, times))
 
+    def hold(self, substring: str, *, methods: tuple[str, ...] = ("PUT",), query: str = "") -> HoldRule:
+        """Hold matching requests until the returned rule's ``release`` is set (see :class:`HoldRule`)."""
+        rule = HoldRule(substring, methods, query)
+        with self.state.lock:
+            self.state.holds.append(rule)
+        return rule
+
     def requests_for(self, substring: str, method: str | None = None) -> list[RequestRecord]:
         return [r for r in self.log if substring in r.path and (method is None or r.method == method)]
 
@@ -242,5 +269,7 @@ class FaultProxy:
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        for hold in self.state.holds:
+            hold.release.set()
         self._server.shutdown()
         self._server.server_close()

@@ -3,6 +3,7 @@ naming the file and line under --strict, and a meaningful exit code.  Never an e
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import random
@@ -55,7 +56,8 @@ def test_bad_documents_are_counted_and_located(tmp_path, messy, sample_tokenizer
 ])
 def test_strict_mode_fails_naming_file_and_line(tmp_path, sample_tokenizer, name, content, needle):
     (tmp_path / name).write_bytes(content)
-    proc = _submit(tmp_path / name, tmp_path / "o", sample_tokenizer, "--strict", check=EXIT_INCOMPLETE)
+    # the local executor keeps the task's own exit code: 3, as docs/architecture.md and run-task say
+    proc = _submit(tmp_path / name, tmp_path / "o", sample_tokenizer, "--strict", check=EXIT_INPUT)
     assert needle in proc.stderr
     assert not (tmp_path / "o" / "shard-00000.tar").exists() and not (tmp_path / "o" / "index.json").exists()
     # the task on its own (as a Slurm array task runs it) exits with the input-error code
@@ -106,10 +108,16 @@ def test_missing_or_unknown_inputs(tmp_path, sample_tokenizer, spec, code, needl
     assert needle in proc.stderr and spec.split("*")[0] in proc.stderr
 
 
-def test_corrupt_compressed_input_names_the_file(tmp_path, sample_tokenizer):
-    (tmp_path / "broken.txt.gz").write_bytes(b"\x1f\x8b\x08\x00garbage-not-deflate" * 10)
-    proc = _submit(tmp_path / "broken.txt.gz", tmp_path / "o", sample_tokenizer, check=EXIT_INCOMPLETE)
-    assert "broken.txt.gz" in proc.stderr and "cannot read input" in proc.stderr
+@pytest.mark.parametrize("name,content", [
+    ("broken.txt.gz", b"\x1f\x8b\x08\x00garbage-not-deflate" * 10),
+    ("truncated.txt.gz", gzip.compress(b"a complete line\n" * 5000)[:-100]),
+    ("fake.jsonl.zst", b'{"text": "plain json, not zstd"}\n'),
+], ids=["garbage-gz", "truncated-gz", "fake-zst"])
+def test_corrupt_compressed_input_names_the_file_with_the_input_exit_code(tmp_path, sample_tokenizer, name, content):
+    (tmp_path / name).write_bytes(content)
+    proc = _submit(tmp_path / name, tmp_path / "o", sample_tokenizer, check=EXIT_INPUT)
+    assert name in proc.stderr and "cannot read input" in proc.stderr
+    assert not (tmp_path / "o" / "shard-00000.tar").exists() and not list((tmp_path / "o").glob(".shard-*"))
 
 
 def test_slow_tokenizer_is_refused(tmp_path):

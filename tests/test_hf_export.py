@@ -124,6 +124,21 @@ def test_files_are_balanced_by_size(tmp_path):
     assert max(sizes) / mean < 1.02
 
 
+@pytest.mark.parametrize("texts,files,empty,why", [
+    (["a", "b", "c"], 8, 5, "fewer documents than files"),
+    (["x" * 10_000] + ["y"] * 9, 4, 2, "a few rows hold most of the text"),
+], ids=["more-files-than-rows", "one-huge-row"])
+def test_empty_output_files_are_named_in_a_warning(tmp_path, texts, files, empty, why):
+    saved = make_saved(tmp_path / "saved", texts)
+    out = tmp_path / "raw"
+    proc = export(saved, "-n", files, "-o", out)
+    names = sorted(p.name for p in out.glob("part-*.jsonl") if p.stat().st_size == 0)
+    assert len(names) == empty
+    assert f"WARNING shardprep.hf.export: {empty} of {files} file(s) are empty ({len(texts)} document(s); {why}" \
+        in proc.stderr
+    assert names[0] in proc.stderr
+
+
 def test_rerun_skips_complete_files_and_other_arguments_are_refused(tmp_path):
     saved = make_saved(tmp_path / "saved", sample_documents(200, seed=3))
     out = tmp_path / "raw"

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import run_cli
+from helpers import run_cli, write_slow_text
 
 from shardprep.errors import EXIT_REQUEUE
 from shardprep.demo_data import sample_documents
@@ -21,31 +21,25 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def big_input(tmp_path_factory) -> Path:
-    d = tmp_path_factory.mktemp("big")
-    docs = sample_documents(4000, seed=11)
-    with open(d / "big.txt", "w") as f:
-        for rep in range(6):
-            f.write("\n".join(f"{rep} {t}" for t in docs) + "\n")
-    return d / "big.txt"
+    return write_slow_text(tmp_path_factory.mktemp("big") / "big.txt")
 
 
 def _start_task(out: Path) -> subprocess.Popen:
+    """The task as a child with default signal dispositions (a background shell may have ignored SIGINT)."""
     return subprocess.Popen([sys.executable, "-m", "shardprep", "run-task", str(out), "--task-id", "0",
-                             "--threads", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             "--threads", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def _wait_for_partial(out: Path, proc: subprocess.Popen, timeout: float = 60) -> Path:
-    """Wait until the task is writing its temporary shard, then a little longer (mid-write)."""
+    """Until the task writes its temporary shard: it is mid-write from then until its final rename, and its
+    stop handlers are installed (they come first), so a signal now interrupts real work."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        temps = list(out.glob(".shard-00000.tar.*.tmp"))
-        if temps:
-            time.sleep(0.5)
-            assert proc.poll() is None, "task finished too quickly to be interrupted mid-write"
-            return temps[0]
+    while not (temps := list(out.glob(".shard-00000.tar.*.tmp"))):
         assert proc.poll() is None, f"task ended before it could be interrupted: {proc.communicate()}"
+        assert time.monotonic() < deadline, "no partial shard appeared"
         time.sleep(0.01)
-    raise AssertionError("no partial shard appeared")
+    return temps[0]
 
 
 def test_sigkill_mid_write_then_rerun_is_byte_identical(tmp_path, big_input, sample_tokenizer):

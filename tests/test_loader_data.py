@@ -12,11 +12,11 @@ import numpy as np
 import orjson
 import pytest
 import torch
-from helpers import shard_documents
+from helpers import run_cli, shard_documents
 from loader_helpers import documents_by_shard, make_dataset, reference_stream, write_legacy_tars
 from remote_servers import REMOTE_BACKENDS, dataset_in
 
-from shardprep.errors import ConfigError, IncompleteError, InputDataError
+from shardprep.errors import EXIT_INCOMPLETE, ConfigError, IncompleteError, InputDataError
 from shardprep.loader import ShardDataset, make_dataloader
 
 UNEVEN = [3, 250, 40, 600, 12]          # documents per shard: very different shard sizes
@@ -283,6 +283,27 @@ def test_refuses_truncated_and_corrupt_shards(copy_of):
         list(ds)
     with pytest.raises(IncompleteError, match="shard-00001.tar: sha256"):
         ShardDataset(copy_of, mode="doc", verify=True)
+
+
+def test_refuses_token_ids_beyond_the_vocabulary_without_verify(copy_of):
+    """A flipped byte in a token payload (sizes and sidecar intact) must not reach training as an id the
+    embedding table does not have; `verify` names it too."""
+    index = orjson.loads((copy_of / "index.json").read_bytes())
+    vocab = index["tokenizer"]["vocab_size"]
+    side = orjson.loads((copy_of / "shard-00003.json").read_bytes())
+    chunk = len(side["chunks"]["key"]) - 1
+    with open(copy_of / "shard-00003.tar", "r+b") as f:
+        f.seek(side["chunks"]["tokens_offset"][chunk] + 2)         # the chunk's second token
+        f.write(b"\xff\xff")                                        # id 65535 (uint16)
+    assert vocab <= 0xFFFF
+    key = side["chunks"]["key"][chunk]
+    for mode in ("pack", "doc"):
+        with pytest.raises(InputDataError, match=rf"corrupt shard .*shard-00003.tar: sample {key} \(chunk {chunk}\) "
+                                                 rf"holds token id 65535 >= vocab size {vocab}"):
+            for _ in ShardDataset(copy_of, mode=mode, seq_len=16, shuffle=False):
+                pass
+    verify = run_cli("verify", copy_of, check=EXIT_INCOMPLETE)
+    assert f"sample {key}: token id 65535 >= vocab size {vocab}" in verify.stdout + verify.stderr
 
 
 def test_refuses_settings_that_cannot_make_one_batch(uneven):

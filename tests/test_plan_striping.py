@@ -10,6 +10,7 @@ from helpers import run_cli
 
 from shardprep.storage.lustre import DEFAULT_SHARD_LAYOUT, StripeLayout, prepare_output_dir
 from shardprep.api import plan_job
+from shardprep.storage.lock import LOCK_FILE
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
 from fake_lfs import install as install_fake_lfs  # noqa: E402
@@ -22,11 +23,11 @@ def test_new_output_on_lustre_is_striped_before_job_json(tmp_path, monkeypatch, 
     seen_before = []
 
     def prepare(path):
-        seen_before.append(sorted(p.name for p in path.iterdir()))  # must still be empty
+        seen_before.append(sorted(p.name for p in path.iterdir()))  # nothing yet but the output's lock
         return prepare_output_dir(path, DEFAULT_SHARD_LAYOUT, detect=lambda p: True)
 
     _, job = plan_job([tmp_path / "in.txt"], out, sample_tokenizer, prepare_dir=prepare)
-    assert seen_before == [[]]
+    assert seen_before == [[LOCK_FILE]]
     assert calls()[0][:2] == ["setstripe", "-E"] and calls()[0][-1] == str(out)
     assert calls()[1] == ["getstripe", "-d", str(out)]
     on_disk = orjson.loads((out / "job.json").read_bytes())

@@ -107,7 +107,7 @@ def test_index_errors_name_the_shard_entry(copy_of):
         Index.parse((copy_of / "index.json").read_bytes(), copy_of / "index.json")
     with pytest.raises(RecordError, match="not valid JSON"):
         Index.parse(b"[1,", "x/index.json")
-    with pytest.raises(RecordError, match="x/index.json: the document: expected an object"):
+    with pytest.raises(RecordError, match=r"x/index.json: not a shardprep index \(a JSON list, not an object\)"):
         Index.parse(b"[1]", "x/index.json")
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from helpers import eos_id, plan_tasks, reference_ids, run_cli, shard_documents
+from helpers import eos_id, plan_tasks, reference_ids, run_cli, shard_documents, write_slow_text
 from s3_server import make_bucket, s3_client
 from slurm_cluster import max_array_size, submitted_job_ids, wait_for_jobs
 
@@ -49,10 +49,7 @@ def corpus6_local(tmp_path_factory, corpus6, sample_tokenizer) -> Path:
 def big_corpus(tmp_path_factory) -> Path:
     """Two small files and one ~7 MB file (task 2), whose task runs for seconds."""
     d = _write_corpus(tmp_path_factory.mktemp("big"), 2, 100, seed=7)
-    docs = sample_documents(4000, seed=11)
-    with open(d / "part-99-big.txt", "w") as f:
-        for rep in range(6):
-            f.write("\n".join(f"{rep} {t}" for t in docs) + "\n")
+    write_slow_text(d / "part-99-big.txt")
     return d
 
 
@@ -81,7 +78,6 @@ def _wait_mid_write(out: Path, task: int, timeout: float = 90) -> None:
         assert not (out / f"shard-{task:05d}.json").exists(), f"task {task} finished before it could be interrupted"
         assert time.monotonic() < deadline, f"task {task} never started writing"
         time.sleep(0.05)
-    time.sleep(0.3)
 
 
 def _submit_big_and_wait_mid_write(corpus: Path, out: Path, tokenizer: Path) -> tuple[str, str]:

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import run_cli
+from helpers import planned_with_slurm_record, run_cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -24,7 +24,7 @@ from shardprep.executor.slurm.jobs import latest_attempts
 from shardprep.executor.slurm.options import SlurmOptions, parse_slurm_time
 from shardprep.executor.slurm.render import PASSED_ENV, SBATCH_MARKER, TEMPLATES, render_tokenize, template_text
 from shardprep.executor.slurm.sbatch import SlurmExecutor
-from shardprep.executor.slurm.state import exit_status_from_log
+from shardprep.executor.slurm.state import read_task_log
 from shardprep.executor.slurm.submission import SubmissionPlan
 from shardprep.executor.slurm.submitit import SubmititExecutor, extra_as_parameters
 
@@ -284,14 +284,14 @@ def test_exit_status_comes_from_the_last_attempt_in_an_appended_log(tmp_path):
     log = tmp_path / "12_3.out"
     log.write_text("shardprep: task 3 = array element 12_3, attempt 1, on n1\n"
                    "shardprep-task-exit: task=3 status=75\n")
-    assert exit_status_from_log(log) == 75
+    assert read_task_log(log).status == 75
     with open(log, "a") as f:
         f.write("shardprep: task 3 = array element 12_3, attempt 2, on n1\n")
-    assert exit_status_from_log(log) is None          # second attempt still running / killed
+    assert read_task_log(log).status is None          # second attempt still running / killed
     with open(log, "a") as f:
         f.write("shardprep-task-exit: task=3 status=3\n")
-    assert exit_status_from_log(log) == 3
-    assert exit_status_from_log(tmp_path / "absent.out") is None
+    assert read_task_log(log).status == 3
+    assert read_task_log(tmp_path / "absent.out").status is None
 
 
 def test_latest_attempt_maps_indices_to_tasks():
@@ -374,25 +374,15 @@ def test_batch_script_passes_on_a_failure_without_requeue(tmp_path):
     assert "shardprep-task-exit: task=2 status=3" in proc.stdout and "requeue" not in proc.stdout
     log = tmp_path / "9_0.out"
     log.write_text(proc.stdout + proc.stderr)
-    assert exit_status_from_log(log) == 3
+    assert read_task_log(log).status == 3
 
 
 def test_status_without_slurm_answers_reads_failures_from_the_logs(tmp_path, sample_tokenizer):
     """Slurm forgot the jobs (or there is no Slurm): status still tells done, failed (with the log tail)
     and missing tasks from sidecars, jobs.json and the logs."""
-    from shardprep.executor.slurm.jobs import SubmissionRecorder
-
-    inp = tmp_path / "in"
-    inp.mkdir()
-    for i in range(3):
-        (inp / f"{i}.txt").write_text(f"doc {i}\n")
-    out = tmp_path / "out"
-    run_cli("plan", "-i", inp, "-o", out, "-t", sample_tokenizer)
+    out = planned_with_slurm_record(tmp_path, sample_tokenizer, SlurmOptions().to_dict(), "987654321", finalize={
+        "job_id": "987654322", "dependency": "afterok:987654321", "log": "logs/finalize-987654322.out"})
     run_cli("run-task", out, "--task-id", "0")
-    rec = SubmissionRecorder(out, {"executor": "slurm", "tasks": "0-2", "options": SlurmOptions().to_dict()})
-    rec.add_array({"job_id": "987654321", "offset": 0, "indices": "0-2", "tasks": "0-2",
-                   "log": "logs/{job}_{index}.out"})
-    rec.set_finalize({"job_id": "987654322", "dependency": "afterok:987654321", "log": "logs/finalize-987654322.out"})
     (out / "logs" / "987654321_1.out").write_text(
         "shardprep: task 1 = array element 987654321_1, attempt 1, on n1 at 2026-01-01T00:00:00\n"
         "shardprep run-task: error: /data/1.txt:7: invalid utf8 (--strict)\n"

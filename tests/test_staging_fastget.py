@@ -231,7 +231,8 @@ def stage_counting_get_object(endpoint: str, bucket: str, dest: Path):
     from shardprep.staging.stage import StageOptions, stage_prefix
     from shardprep.storage.s3 import ClientOptions, make_client
 
-    options = StageOptions(f"s3://{bucket}/raw/", dest, progress=False, client=ClientOptions(endpoint_url=endpoint))
+    options = StageOptions(f"s3://{bucket}/raw/", dest, progress=False, engine="builtin",
+                           client=ClientOptions(endpoint_url=endpoint))
     client = make_client(options.client)
     via_botocore: list[str] = []
     client.meta.events.register("before-parameter-build.s3.GetObject",
@@ -276,7 +277,7 @@ def test_credentials_never_reach_logs_reasons_or_files(s3_endpoint, bucket, tmp_
     dest = tmp_path / "dest"
     with FaultProxy(s3_endpoint) as proxy, caplog.at_level(logging.DEBUG):
         proxy.fail("/raw/f4.txt")
-        summary = stage_prefix(StageOptions(f"s3://{bucket}/raw/", dest, progress=False,
+        summary = stage_prefix(StageOptions(f"s3://{bucket}/raw/", dest, progress=False, engine="builtin",
                                             client=ClientOptions(endpoint_url=proxy.url, max_attempts=2)))
     assert set(summary.failed) == {"raw/f4.txt"} and summary.files == 4
     ours = "\n".join(r.getMessage() for r in caplog.records if r.name.startswith("shardprep"))

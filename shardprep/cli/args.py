@@ -70,6 +70,25 @@ def size_arg(text: str) -> int:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def count_arg(minimum: int = 1) -> Callable[[str], int]:
+    """argparse ``type=`` for counts (workers, files, threads ...): an integer of at least ``minimum``.
+
+    Why: ``--workers -2`` used to be accepted and fail later (a traceback from the thread pool) or be
+    silently ignored; a bad count is a usage error (exit 2) that names the option and the value.
+    """
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{value} is invalid: must be at least {minimum}")
+        return value
+
+    parse.__name__ = "count"     # argparse names the type in some messages
+    return parse
+
+
 def size_text(n: int | None) -> str | None:
     """``16777216`` -> ``16M``: a byte count as ``--help`` shows it and :func:`size_arg` reads it back."""
     if n is None:
@@ -95,7 +114,8 @@ def add_plan_arguments(p: argparse.ArgumentParser, *, required: bool = True) -> 
                    help="tokenizer.json file, directory with tokenizer files, or Hugging Face hub id "
                         "(fast tokenizers only)")
     g.add_argument("--overwrite", action="store_true",
-                   help="if OUTPUT holds a different plan, delete its shards and start over (default: refuse)")
+                   help="if OUTPUT holds a different plan, delete what shardprep wrote there (shards, plan, index, "
+                        "logs; other files are kept) and start over (default: refuse)")
 
     add_stripe_arguments(p)
     tok = TokenizeOptions
@@ -237,11 +257,14 @@ _SLURM_HELP = {
     "signal_seconds": "send USR1 this many seconds before the time limit (default {}) so a task stops at a "
                       "safe point and is requeued",
     "job_name": "Slurm job name prefix (default {})",
+    "max_requeues": "requeue a task that stopped at its time limit at most this many times (default {}); "
+                    "then it fails with a message to raise --time or use smaller tasks (--target-task-bytes)",
 }
 # SlurmOptions field -> command-line flag (the flag's dest is the field name except for --sbatch-extra)
 _SLURM_FLAGS = {name: "--" + name.replace("_", "-") for name in _SLURM_HELP} | {"extra_sbatch": "--sbatch-extra"}
 _SLURM_KWARGS: dict[str, dict[str, Any]] = {
     "cpus_per_task": {"type": int}, "max_parallel": {"type": int}, "signal_seconds": {"type": int},
+    "max_requeues": {"type": int},
     "extra_sbatch": {"action": "append", "metavar": "OPTION", "dest": "sbatch_extra"},
 }
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from shardprep.cli.args import count_arg
 from shardprep.errors import IncompleteError
 
 NAME = "demo"
@@ -21,9 +22,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workdir", default="demo-out", help="where the corpus, tokenizer and shards go")
     p.add_argument("--tokenizer", default=None,
                    help="tokenizer to use instead of training a small byte-level BPE offline")
-    p.add_argument("--files", type=int, default=6, help="sample corpus files to generate")
-    p.add_argument("--docs-per-file", type=int, default=400, help="documents per generated file")
-    p.add_argument("--workers", type=int, default=None, help="parallel task processes (default: usable CPUs)")
+    p.add_argument("--files", type=count_arg(1), default=6, help="sample corpus files to generate")
+    p.add_argument("--docs-per-file", type=count_arg(1), default=400, help="documents per generated file")
+    p.add_argument("--workers", type=count_arg(1), default=None, help="parallel task processes (default: usable CPUs)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -44,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     bad = verify(shards)
     if bad:
         raise IncompleteError(f"verification failed: {', '.join(b.name for b in bad)}")
-    from shardprep.job.finalize import read_index
+    from shardprep.loader.index import read_index
 
     t = read_index(shards).totals
     print(f"demo: {t.shards} shard(s) in {shards}: {t.documents:,} documents, {t.tokens:,} tokens, "

@@ -8,7 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from shardprep.errors import InputDataError
+from shardprep.cli.args import count_arg
+from shardprep.errors import InputDataError, TokenizerError
 from shardprep.job.schema import Sidecar
 from shardprep.loader.sources import is_url
 from shardprep.shard.format import TOKENIZER_FILE
@@ -21,10 +22,10 @@ HELP = "print a shard's summary and decode its first documents"
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("shard", metavar="SHARD", help="path or URL (s3://, gs://, az://, https://, hf://...) of "
                    "shard-NNNNN.tar")
-    p.add_argument("--decode", type=int, default=0, metavar="N", help="decode and print the first N documents")
+    p.add_argument("--decode", type=count_arg(0), default=0, metavar="N", help="decode and print the first N documents")
     p.add_argument("--tokenizer", default=None,
                    help="tokenizer.json for decoding (default: the frozen one beside the shard)")
-    p.add_argument("--max-chars", type=int, default=300, help="truncate each decoded document to this many characters")
+    p.add_argument("--max-chars", type=count_arg(1), default=300, help="truncate each decoded document to this many characters")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -34,6 +35,7 @@ def run(args: argparse.Namespace) -> int:
     path = Path(args.shard)
     if not path.is_file():
         raise InputDataError(f"shard {path} does not exist")
+    decoder = _decoder(path, args.tokenizer) if args.decode else None
     sidecar_path = path.with_suffix(".json")
     sidecar = Sidecar.parse(sidecar_path.read_bytes(), sidecar_path) if sidecar_path.is_file() else None
     docs: list[np.ndarray] = []
@@ -52,11 +54,24 @@ def run(args: argparse.Namespace) -> int:
     if sidecar:
         print_sidecar(sidecar, size, n_tokens)
     if docs:
-        from tokenizers import Tokenizer
-
-        tok_path = Path(args.tokenizer) if args.tokenizer else path.parent / TOKENIZER_FILE
-        print_documents(docs, Tokenizer.from_file(str(tok_path)), args.max_chars)
+        print_documents(docs, decoder, args.max_chars)
     return 0
+
+
+def _decoder(shard: Path, given: str | None) -> Any:
+    """The tokenizer to decode with (``--tokenizer``, else the plan's frozen copy beside the shard), checked
+    before the shard is read: a shard copied on its own has no tokenizer.json next to it."""
+    from tokenizers import Tokenizer
+
+    path = Path(given) if given else shard.parent / TOKENIZER_FILE
+    if not path.is_file():
+        where = "" if given else f" (the frozen {TOKENIZER_FILE} of the plan is not beside the shard)"
+        raise TokenizerError(f"cannot decode: {path} does not exist{where}",
+                             hint="pass the tokenizer.json the shard was made with: --tokenizer PATH")
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as e:  # tokenizers raises a bare Exception for unreadable or foreign JSON
+        raise TokenizerError(f"cannot decode: {path} is not a tokenizer.json ({e})") from None
 
 
 def print_sidecar(sidecar: Sidecar, size: int, n_tokens: int) -> None:

@@ -9,13 +9,15 @@ and keeps its traceback (exit 1).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import logging
+import signal
 import sys
 from typing import Sequence
 
 from shardprep import __version__
-from shardprep.errors import ShardprepError
+from shardprep.errors import EXIT_INTERRUPTED, ShardprepError
 
 # Module names under shardprep.cli, in the order `shardprep --help` lists them.
 COMMANDS: tuple[str, ...] = (
@@ -85,6 +87,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # Ctrl-C must work even when started from a shell that set SIGINT to "ignore" (background jobs of a
+    # non-interactive script inherit that): restore Python's KeyboardInterrupt handler.
+    with contextlib.suppress(ValueError):  # ValueError: not the main thread (main() called by a test)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(command_module(argv))
     args = parser.parse_args(argv)
@@ -100,7 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return e.exit_code
     except KeyboardInterrupt:
         print(f"shardprep {args.command}: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         return 0
 

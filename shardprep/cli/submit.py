@@ -11,7 +11,8 @@ from shardprep.errors import ConfigError
 from shardprep.executor import make_executor
 from shardprep.job.schema import Job
 from shardprep.job.state import format_array_ranges, job_state, load_job
-from shardprep.job.finalize import read_index
+from shardprep.loader.index import read_index
+from shardprep.storage.lock import output_lock
 from shardprep.shard.format import TOKENIZER_FILE
 from shardprep.tokenizer.load import check_frozen_tokenizer
 
@@ -51,11 +52,18 @@ def run(args: argparse.Namespace) -> int:
     # the executor first: a missing extra or a bad Slurm option fails before anything is planned or written
     name, options = executor_from_args(args, resume=Path(args.resume) if args.resume else None)
     executor = make_executor(name, options, finalize=not args.no_finalize)
+    if not (args.resume or args.output):
+        raise ConfigError("--output is required (or --resume DIR)")
+    # one writer per output directory: held while planning and launching (for the local executor, until
+    # the last task and finalize are done; for Slurm, until the jobs are submitted)
+    with output_lock(Path(args.resume or args.output)):
+        return _plan_and_launch(args, executor)
+
+
+def _plan_and_launch(args: argparse.Namespace, executor) -> int:
     if args.resume:
         output, job = _resume(args)
     else:
-        if not args.output:
-            raise ConfigError("--output is required (or --resume DIR)")
         _, job = plan_from_args(args)
         output = Path(args.output)
     state = job_state(output, job)

@@ -17,7 +17,8 @@ already present with provably identical bytes (same size and ETag/checksum) are 
 uploaded last and only when everything else succeeded, so readers never see an index pointing at missing
 shards.  Credentials come from the standard AWS chain, never the command line.
 
-Exit codes: 0 all uploaded; 2 bad option; 3 SRC_DIR missing or empty; 7 some uploads failed.
+Exit codes: 0 all uploaded; 2 bad option; 3 SRC_DIR missing or empty; 7 some uploads failed, a shard
+differs from its sidecar's sha256, or a file changed while it was uploaded (that object is deleted again).
 """
 
 

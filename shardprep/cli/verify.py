@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from shardprep.cli.args import count_arg
 from shardprep.errors import EXIT_INCOMPLETE
 from shardprep.job.verify import verify
 from shardprep.loader.sources import is_url
@@ -17,7 +18,7 @@ HELP = "re-hash and re-parse every shard against index.json; exit 5 naming each 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("output", metavar="OUTPUT", help="finalized output directory (holding index.json), or its URL "
                    "(s3://, gs://, az://, https://, hf://...: sizes, sidecars and sha256 checked)")
-    p.add_argument("--workers", type=int, default=4, help="shards checked in parallel")
+    p.add_argument("--workers", type=count_arg(1), default=4, help="shards checked in parallel")
 
 
 def run(args: argparse.Namespace) -> int:

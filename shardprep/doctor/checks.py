@@ -60,6 +60,7 @@ class Context:
     sample_source: str = "generated English text"
     bytes_per_token: float | None = None
     doc_bytes: float | None = None
+    input_warnings: list[str] = field(default_factory=list)   # sampled inputs that look binary (inputs.health)
 
 
 @dataclass
@@ -107,8 +108,10 @@ def check_tokenizer(ctx: Context) -> Check:
                      "holding one, or a hub id", {"spec": spec, "offline": False}, EXIT_TOKENIZER)
     info = ctx.resolved.info
     details = {"spec": spec, "local": local, "offline": offline, "load_s": round(time.perf_counter() - started, 3),
-               **{k: v for k, v in info.to_dict().items() if k != "source"}}
-    what = f"vocab {info.vocab_size:,}, {info.dtype} ids, EOS {info.eos_token!r}"
+               **{k: v for k, v in info.to_dict().items() if k != "source"},
+               "special_sources": {k: {"source": c.source, "why": c.why} for k, c in ctx.resolved.choices.items()}}
+    lines = ctx.resolved.describe_specials()
+    what = f"vocab {info.vocab_size:,}, {info.dtype} ids; {lines['eos']}; {lines['bos']}"
     if not offline:
         details["offline_error"] = offline_error
         return Check("tokenizer", WARN, f"{spec} loads only with hub access ({offline_error}); {what}",
@@ -153,7 +156,9 @@ def _read_sample(ctx: Context) -> dict:
             ctx.sample.append(text)
             chars += len(text)
             if len(ctx.sample) >= SAMPLE_DOCS or chars >= SAMPLE_CHARS:
+                ctx.input_warnings = skips.warnings
                 return skips.counts
+    ctx.input_warnings = skips.warnings
     return skips.counts
 
 
@@ -183,6 +188,11 @@ def check_input(ctx: Context) -> Check:
     elif skipped.get("missing_field"):
         return Check("input", WARN, msg + f"; no document in the sample has the field {ctx.text_field!r}",
                      "name the text field with --text-field (jsonl key / parquet or arrow column)", details, EXIT_INPUT)
+    if ctx.input_warnings:
+        details["suspicious_inputs"] = ctx.input_warnings
+        return Check("input", WARN, msg + f"; {len(ctx.input_warnings)} sampled input(s) look binary or "
+                     f"mis-encoded: {ctx.input_warnings[0]}", "look at the named file(s) (`file PATH`): remove them, "
+                     "convert them to UTF-8, or name the right --text-field", details, EXIT_INPUT)
     big = [i.path for i in ctx.found if i.compression and i.size > SPLIT_LIMIT]
     if big:
         return Check("input", WARN, msg + f"; {len(big)} compressed file(s) over {human_bytes(SPLIT_LIMIT)} cannot be "
@@ -259,9 +269,12 @@ def check_backend(ctx: Context) -> Check:
                      "pip install 'shardprep[fast]' for a backend that is often 10x faster per core (used only "
                      "after it reproduces the hf ids)", details)
     reason = record.get("fallback_reason") or check.get("reason") or "not verified"
-    return Check("backend", WARN, f"auto falls back to hf: the fast backend was not verified ({reason})",
-                 "nothing to fix for correctness (ids stay the reference's); expect hf speed, or use --backend hf "
-                 "to skip the check", details)
+    why = "does not reproduce the hf ids" if "reference" in check else "cannot run this tokenizer"
+    details["reason"] = reason
+    return Check("backend", WARN, f"tasks will use hf (the reference), not {check.get('candidate', 'gigatoken')}, "
+                 f"which {why} ({reason}); that is the check working: ids stay exact, at hf speed (see "
+                 "tokenizer_speed)", "nothing to fix for correctness; expect hf speed, or use --backend hf to skip "
+                 "the check", details)
 
 
 # ------------------------------------------------------------------------------------------ free space

@@ -9,44 +9,23 @@ from __future__ import annotations
 
 import logging
 import multiprocessing as mp
-import queue
-import threading
-import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
+import os
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 
+from shardprep import errors
 from shardprep.errors import ConfigError, IncompleteError, ShardprepError
 from shardprep.executor.base import LaunchReport
+from shardprep.executor.local_workers import (WorkerEvents, describe_deaths, init_worker, run_in_worker,
+                                              stop_workers)
 from shardprep.job.finalize import finalize
 from shardprep.job.resources import usable_cpus
+from shardprep.shard.format import shard_name, sidecar_name
+from shardprep.storage.atomic import remove_stale_temps
 
 log = logging.getLogger(__name__)
-
-
-def _worker(output: str, task: int, threads: int, progress_q) -> tuple[int, str, str]:
-    """Runs in a child process; returns (task, status, message) so nothing needs to unpickle exceptions."""
-    from shardprep.job.task import run_task
-
-    pending = [0, 0, time.monotonic()]
-
-    def progress(docs: int, tokens: int) -> None:
-        pending[0] += docs
-        pending[1] += tokens
-        if progress_q is not None and time.monotonic() - pending[2] > 0.3:
-            progress_q.put((pending[0], pending[1]))
-            pending[:] = [0, 0, time.monotonic()]
-
-    try:
-        result = run_task(Path(output), task, progress=progress, threads=threads)
-        if progress_q is not None and (pending[0] or pending[1]):
-            progress_q.put((pending[0], pending[1]))
-        return task, "skipped" if result.skipped_existing else "done", ""
-    except ShardprepError as e:
-        return task, "error", f"{type(e).__name__}: {e}"
-    except Exception as e:  # a bug: keep the type and message, the task log has the traceback
-        logging.getLogger(__name__).exception("task %d crashed", task)
-        return task, "error", f"{type(e).__name__}: {e}"
 
 
 @dataclass(frozen=True)
@@ -88,50 +67,66 @@ class LocalExecutor:
         threads = max(1, cpus // workers)
         log.info("running %d task(s) with %d process(es) x %d thread(s)", len(task_ids), workers, threads)
         ctx = mp.get_context("spawn")
-        manager = ctx.Manager() if self.options.show_progress else None
-        progress_q = manager.Queue() if manager else None
-        bar_stop = threading.Event()
-        bar_thread = None
-        if progress_q is not None:
-            bar_thread = threading.Thread(target=_progress_bar, args=(progress_q, bar_stop, len(task_ids)), daemon=True)
-            bar_thread.start()
-        failures: list[str] = []
+        stop = ctx.RawValue("b", 0)
+        monitor = WorkerEvents(*ctx.Pipe(duplex=False), len(task_ids), self.options.show_progress)
+        monitor.start()
+        pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=init_worker,
+                                   initargs=(os.getpid(), monitor.events, stop))
+        processes: list = []
+        failures: list[tuple[str, str]] = []   # (message, error class name)
         try:
-            with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-                futures = [pool.submit(_worker, str(output), t, threads, progress_q) for t in task_ids]
-                for fut in as_completed(futures):
-                    task, status, message = fut.result()
-                    if progress_q is not None:
-                        progress_q.put(("task", task, status))
+            pending = {pool.submit(run_in_worker, str(output), t, threads) for t in task_ids}
+            processes = list(getattr(pool, "_processes", {}).values())  # spawned by submit; no public API
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    task, status, message, error, warnings = fut.result()
+                    monitor.finished(task, status)
+                    for warning in warnings:   # also in the task log and the sidecar
+                        log.warning("task %d: %s", task, warning)
                     if status == "error":
-                        failures.append(f"task {task}: {message} (log: {output}/logs/task-{task:05d}.log)")
+                        failures.append((f"task {task}: {message} (log: {output}/logs/task-{task:05d}.log)", error))
+        except BaseException as e:  # Ctrl-C, a killed worker, anything: stop now, do not drain the queue
+            running = monitor.running_tasks()
+            stop_workers(processes or list(getattr(pool, "_processes", {}).values()), stop)
+            pool.shutdown(wait=True, cancel_futures=True)
+            _drop_unfinished(output, task_ids)
+            if isinstance(e, BrokenProcessPool):
+                raise IncompleteError(f"a local worker died: {describe_deaths(processes, running)}",
+                                      hint=f"finished shards are kept; `shardprep submit --resume {output}` "
+                                           f"runs the rest") from None
+            raise
+        else:
+            pool.shutdown(wait=True)
         finally:
-            bar_stop.set()
-            if bar_thread:
-                bar_thread.join()
-            if manager:
-                manager.shutdown()
+            monitor.stop()
         if failures:
-            raise IncompleteError(f"{len(failures)} task(s) failed: " + "; ".join(sorted(failures)[:5]),
-                                  hint=f"fix the cause, then `shardprep submit --resume {output}`")
+            raise task_failure(failures, output)
 
 
-def _progress_bar(q, stop: threading.Event, n_tasks: int) -> None:
-    """Tasks, documents/s and tokens/s on stderr (tqdm), fed by the workers through a queue."""
-    from tqdm import tqdm
+def task_failure(failures: list[tuple[str, str]], output: Path) -> ShardprepError:
+    """One error for the failed tasks, keeping their own class (and exit code) when they agree.
 
-    docs = tokens = 0
-    start = time.monotonic()
-    with tqdm(total=n_tasks, unit="task", desc="tokenize", dynamic_ncols=True, mininterval=0.5) as bar:
-        while not (stop.is_set() and q.empty()):
-            try:
-                msg = q.get(timeout=0.2)
-            except queue.Empty:
-                continue
-            if msg[0] == "task":
-                bar.update(1)
-            else:
-                docs += msg[0]
-                tokens += msg[1]
-                dt = max(time.monotonic() - start, 1e-6)
-                bar.set_postfix_str(f"{docs / dt:,.0f} docs/s, {tokens / dt / 1e6:,.2f}M tok/s", refresh=False)
+    Why: ``run-task`` exits 3 on bad input; a local ``submit`` of the same plan must say 3 as well, not
+    the generic 5 ("incomplete").  Tasks failing for different reasons (or crashing) give 5.
+    """
+    classes = {error for _, error in failures}
+    cls = getattr(errors, classes.pop(), None) if len(classes) == 1 else None
+    if not (isinstance(cls, type) and issubclass(cls, ShardprepError)):
+        cls = IncompleteError
+    messages = sorted(m for m, _ in failures)
+    return cls(f"{len(failures)} task(s) failed: " + "; ".join(messages[:5]),
+               hint=f"fix the cause, then `shardprep submit --resume {output}`")
+
+
+def _drop_unfinished(output: Path, task_ids: list[int]) -> None:
+    """After the workers are gone: no temporary file, and no shard without its sidecar, of our tasks.
+
+    A worker killed in its last moments (shard renamed, sidecar not yet written) would otherwise leave an
+    unconfirmed shard; a re-run redoes it anyway, but until then it must not look finished.
+    """
+    for task in task_ids:
+        remove_stale_temps(output, shard_name(task))
+        remove_stale_temps(output, sidecar_name(task))
+        if not (output / sidecar_name(task)).exists():
+            (output / shard_name(task)).unlink(missing_ok=True)

@@ -283,8 +283,12 @@ def export(req: ExportRequest, *, progress: bool = True) -> ExportResult:
     files = _write_pass(req, src, columns, arguments, measured, done, progress=progress)
     write_json_atomic(req.output / MANIFEST, _manifest(req, src, arguments, measured, files, True))
     result = ExportResult(req.output, files, measured["rows"], req.num_files - len(done))
-    if result.documents < req.num_files:
-        log.warning("only %d document(s) for %d files: some files are empty", result.documents, req.num_files)
+    empty = [f.name for f in result.files if f.documents == 0]
+    if empty:
+        why = ("fewer documents than files" if result.documents < req.num_files
+               else "a few rows hold most of the text, and files are cut by text bytes")
+        log.warning("%d of %d file(s) are empty (%d document(s); %s): %s%s", len(empty), req.num_files,
+                    result.documents, why, ", ".join(empty[:5]), " ..." if len(empty) > 5 else "")
     return result
 
 

@@ -6,6 +6,11 @@ after planning, and re-planning the same inputs always yields the same order.
 A directory written by Hugging Face ``Dataset.save_to_disk`` counts as its ``data-*.arrow`` files, in the
 order its ``state.json`` lists them (see ``inputs.arrow``); other ``.arrow`` files are inputs only when
 named explicitly.
+
+Symbolic links are followed, but by real path: a directory is walked once however many links lead to
+it, a link to one of its own ancestors (a loop) is not followed, and a file reached by several paths is
+planned once (under the first of its paths in sorted order).  Loops and duplicates are reported as a
+warning naming them; ``strict`` makes a loop an error (a duplicate stays a warning: it loses nothing).
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from __future__ import annotations
 import glob
 import logging
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable
 
@@ -90,20 +95,85 @@ def _stat_input(path: str, fmt: str, comp: str | None) -> InputFile:
     return InputFile(os.path.abspath(path), st.st_size, st.st_mtime_ns, fmt, comp, rows)
 
 
-def _walk(directory: str) -> Iterable[tuple[str, bool]]:
-    """(path, explicit) for files under ``directory``; a saved dataset's data files count as explicit."""
+@dataclass
+class LinkReport:
+    """What following symbolic links ran into: loops not followed, and paths that reached a seen target."""
+
+    loops: dict[str, str] = field(default_factory=dict)        # link -> the ancestor it points at
+    duplicates: dict[str, str] = field(default_factory=dict)   # path not used -> the path planned instead
+
+    def warn(self, strict: bool) -> None:
+        """Log one warning per kind (naming the first few); a loop under ``strict`` is an InputDataError."""
+        if self.loops:
+            named = "; ".join(f"{link} -> {target}" for link, target in list(self.loops.items())[:5])
+            if strict:
+                raise InputDataError(f"symlink loop in the inputs: {named} (--strict)",
+                                     hint="remove the link or name the directories you mean explicitly")
+            log.warning("input discovery: %d symlink loop(s) not followed: %s", len(self.loops), named)
+        if self.duplicates:
+            named = "; ".join(f"{p} (same as {kept})" for p, kept in list(self.duplicates.items())[:5])
+            log.warning("input discovery: %d path(s) lead to a file or directory already found, planned once: %s",
+                        len(self.duplicates), named)
+
+
+def _is_within(path: str, ancestor: str) -> bool:
+    """``path`` is ``ancestor`` or below it (both real, absolute paths)."""
+    return path == ancestor or path.startswith(ancestor.rstrip(os.sep) + os.sep)
+
+
+def _walked_anyway(real: str, top_real: str) -> bool:
+    """Would the walk of ``top_real`` reach directory ``real`` without following any link?"""
+    if not _is_within(real, top_real):
+        return False
+    return not any(part.startswith(".") for part in Path(os.path.relpath(real, top_real)).parts)
+
+
+def _walk(directory: str, links: LinkReport) -> Iterable[tuple[str, bool]]:
+    """(path, explicit) for files under ``directory``; a saved dataset's data files count as explicit.
+
+    Follows links to directories once each by real path; loops and repeats are pruned into ``links``.
+    """
+    top_real = os.path.realpath(directory)
+    visited = {top_real}
     for root, dirs, files in os.walk(directory, followlinks=True):
         if arrow.is_saved_dataset(root):
             dirs[:] = []
             yield from ((p, True) for p in arrow.saved_dataset_files(root))
             continue
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        root_real = os.path.realpath(root)
+        keep = []
+        for d in sorted(d for d in dirs if not d.startswith(".")):
+            path = os.path.join(root, d)
+            real = os.path.realpath(path)
+            if _is_within(root_real, real):        # points at itself or an ancestor
+                links.loops[path] = real
+            elif real in visited or (os.path.islink(path) and _walked_anyway(real, top_real)):
+                links.duplicates[path] = real
+            else:
+                visited.add(real)
+                keep.append(d)
+        dirs[:] = keep
         for f in sorted(files):
             if not f.startswith("."):
                 yield os.path.join(root, f), False
 
 
-def _expand_one(spec: str) -> list[tuple[str, bool]]:
+def _loop_link(path: str) -> tuple[str, str] | None:
+    """The first directory link on ``path`` that points at one of its own ancestors (glob matches only:
+    ``**`` follows such a link until the kernel's ELOOP), as (link, target)."""
+    parent = os.path.dirname(os.path.abspath(path))
+    prefix = os.sep
+    for part in Path(parent).parts[1:]:
+        here = os.path.join(prefix, part)
+        if os.path.islink(here):
+            real = os.path.realpath(here)
+            if _is_within(os.path.realpath(prefix), real):
+                return here, real
+        prefix = here
+    return None
+
+
+def _expand_one(spec: str, links: LinkReport) -> list[tuple[str, bool]]:
     """(path, explicit) pairs; explicit paths must be known input types, walked ones may be skipped."""
     if spec.startswith("@"):
         list_file = spec[1:]
@@ -119,35 +189,43 @@ def _expand_one(spec: str) -> list[tuple[str, bool]]:
                 p = line if os.path.isabs(line) else os.path.join(base, line)
                 if not os.path.exists(p):
                     raise InputDataError(f"{list_file}:{n}: listed input {line} does not exist")
-                out.extend(_expand_one(p))
+                out.extend(_expand_one(p, links))
         return out
     if os.path.isdir(spec):
         splits = arrow.saved_dataset_splits(spec)
         if splits is not None:
             raise InputDataError(f"input {spec} is a DatasetDict saved with save_to_disk (splits: {', '.join(splits)})",
                                  hint=f"pass one split's directory, e.g. {os.path.join(spec, splits[0] if splits else 'train')}")
-        return list(_walk(spec))
+        return list(_walk(spec, links))
     if any(ch in spec for ch in "*?["):
         matches = sorted(glob.glob(spec, recursive=True))
         if not matches:
             raise InputDataError(f"input glob {spec!r} matches no files")
-        return [(p, True) for p in matches if os.path.isfile(p)]
+        out = []
+        for p in matches:
+            loop = _loop_link(p) if os.path.isfile(p) else None
+            if loop:
+                links.loops.setdefault(*loop)
+            elif os.path.isfile(p):
+                out.append((p, True))
+        return out
     if not os.path.exists(spec):
         raise InputDataError(f"input {spec} does not exist")
     return [(spec, True)]
 
 
-def discover_inputs(specs: Iterable[str]) -> list[InputFile]:
-    """All inputs named by ``specs``, de-duplicated and sorted by path.
+def discover_inputs(specs: Iterable[str], *, strict: bool = False) -> list[InputFile]:
+    """All inputs named by ``specs``, de-duplicated by real path and sorted by path.
 
-    Raises InputDataError when nothing usable is found, a named file is of an unknown type, or a file
-    cannot be read.
+    Raises InputDataError when nothing usable is found, a named file is of an unknown type, a file
+    cannot be read, or (``strict``) a symlink loop was met.
     """
-    seen: dict[str, InputFile] = {}
+    seen: dict[str, InputFile] = {}   # real path -> input (under its smallest path)
+    links = LinkReport()
     ignored = 0
     specs = list(specs)
     for spec in specs:
-        for path, explicit in _expand_one(str(spec)):
+        for path, explicit in _expand_one(str(spec), links):
             kind = classify(path)
             if kind is not None and kind[0] == "arrow" and not explicit:
                 kind = None  # loose .arrow files in a walk are usually caches, not data
@@ -159,8 +237,18 @@ def discover_inputs(specs: Iterable[str]) -> list[InputFile]:
                     )
                 ignored += 1
                 continue
+            real = os.path.realpath(path)
+            known = seen.get(real)
+            if known is not None and known.path == os.path.abspath(path):
+                continue  # the same path named twice: not worth a warning
             inp = _stat_input(path, *kind)
-            seen.setdefault(inp.path, inp)
+            if known is None:
+                seen[real] = inp
+            else:
+                first, second = sorted((known, inp), key=lambda i: i.path)
+                seen[real] = first
+                links.duplicates[second.path] = first.path
+    links.warn(strict)
     if ignored:
         log.info("ignored %d file(s) of unknown type under the input directories", ignored)
     if not seen:

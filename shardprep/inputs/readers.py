@@ -13,15 +13,18 @@ from __future__ import annotations
 import gzip
 import io
 import logging
+import os
 import zlib
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import IO, Any, Iterable, Iterator
 
 import orjson
 
 from shardprep.job.options import TokenizeOptions
 from shardprep.errors import InputDataError
+from shardprep.inputs import health
 from shardprep.inputs.discover import InputFile
+from shardprep.inputs.planned import PlannedSize, check_unchanged, rows_then_check
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +72,8 @@ class SkipLog:
     strict: bool = False
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(SKIP_REASONS, 0))
     examples: list[dict] = field(default_factory=list)
+    nul_bytes: int = 0                                     # in the raw text read (see inputs.health)
+    warnings: list[str] = field(default_factory=list)      # inputs that look binary or mis-encoded
 
     def skip(self, reason: str, path: str, line: int | None, detail: str = "", *, byte: int | None = None) -> None:
         where = f"{path}:{line}" if line is not None else f"{path} (line at byte {byte})"
@@ -84,78 +89,106 @@ class SkipLog:
         return sum(self.counts.values())
 
 
-def _open_binary(inp: InputFile) -> IO[bytes]:
+class _CorruptStream(Exception):
+    """Reading the (decompressed) stream failed at byte ``at``; ``_lines`` decides what to report."""
+
+    def __init__(self, at: int, cause: BaseException):
+        super().__init__(at, cause)
+        self.at, self.cause = at, cause
+
+
+def _open_binary(inp: InputFile) -> tuple[int, IO[bytes]]:
+    """(descriptor to ``fstat`` after reading, decompressed stream); compressed files end at the planned size."""
     try:
-        raw = open(inp.path, "rb", buffering=_READ_BLOCK)
+        raw = open(inp.path, "rb", buffering=0)
     except OSError as e:
         raise InputDataError(f"input {inp.path} is not readable: {e.strerror}") from None
+    if inp.compression is None:
+        return raw.fileno(), io.BufferedReader(raw, buffer_size=_READ_BLOCK)
+    planned = PlannedSize(raw, inp.size)
     if inp.compression == "gz":
-        return io.BufferedReader(gzip.GzipFile(fileobj=raw), buffer_size=_READ_BLOCK)  # type: ignore[arg-type]
-    if inp.compression == "zst":
-        import zstandard
+        stream = gzip.GzipFile(fileobj=io.BufferedReader(planned, buffer_size=_READ_BLOCK))
+        return raw.fileno(), io.BufferedReader(stream, buffer_size=_READ_BLOCK)  # type: ignore[arg-type]
+    import zstandard
 
-        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(raw, closefd=True),
-                                 buffer_size=_READ_BLOCK)
-    return raw
+    return raw.fileno(), io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(planned, closefd=True),
+                                           buffer_size=_READ_BLOCK)
 
 
 def _lines(inp: InputFile, item: WorkItem, limit: int, skips: SkipLog) -> Iterator[tuple[int | None, int, bytes]]:
     """(line number, byte offset, raw line without terminator) for every line starting inside the item's range.
+
+    Reads no further than planned (a whole uncompressed file ends at its planned size, a compressed one's
+    raw bytes too) and, once the range is read, fails if the file changed meanwhile (``fstat``): an input
+    appended or truncated while its task runs must not end up in a shard.
+    """
+    fd, f = _open_binary(inp)
+    try:
+        if item.start:
+            f.seek(item.start)
+        end = item.end if item.end is not None or inp.compression else inp.size
+        try:
+            yield from _scan_lines(f, inp.path, item.start, end, item.first_line, limit, skips)
+        except _CorruptStream as e:  # a corrupt gzip/zstd stream, or one cut short by a truncation
+            check_unchanged(inp, os.fstat(fd))
+            raise InputDataError(f"{inp.path}: cannot read input near byte {e.at}: {e.cause}") from None
+        check_unchanged(inp, os.fstat(fd))
+    finally:
+        f.close()
+
+
+def _scan_lines(f: IO[bytes], path: str, start: int, end: int | None, lineno: int | None, limit: int,
+                skips: SkipLog) -> Iterator[tuple[int | None, int, bytes]]:
+    """The line splitter behind ``_lines``: lines starting in ``[start, end)`` of ``f`` (positioned at start).
 
     Byte offsets are decompressed offsets for .gz/.zst; the line number is None when unknown.  Reads
     1 MiB blocks and splits them in C rather than calling ``readline`` per line (3-5x less Python work
     on short lines).  A line longer than ``limit`` is counted as ``too_long`` and never held whole: once
     its start exceeds the limit, the rest is only counted until its newline.
     """
-    f = _open_binary(inp)
-    path = inp.path
-    try:
-        if item.start:
-            f.seek(item.start)
-        pos, end, lineno = item.start, item.end, item.first_line
-        carried: list[bytes] = []   # start of a line that continues in the next block
-        carried_len = 0
-        discarding = False          # the carried line is already known to be too long
-        while end is None or pos < end:  # pos: where the current (possibly carried) line starts
-            try:
-                block = f.read(_READ_BLOCK)
-            except _STREAM_ERRORS as e:  # corrupt gzip/zstd stream
-                raise InputDataError(f"{path}: cannot read input near byte {pos + carried_len}: {e}") from None
-            if not block:
-                break
-            pieces = block.split(b"\n")
-            rest = pieces.pop()     # after the block's last newline: an unfinished line (or b"")
-            for piece in pieces:
-                if end is not None and pos >= end:
-                    return
-                if carried or discarding:  # this piece finishes the line carried over
-                    n = carried_len + len(piece)
-                    piece = b"" if discarding else b"".join(carried) + piece
-                    carried, carried_len = [], 0
-                else:
-                    n = len(piece)
-                if n > limit:
-                    discarding = False
-                    skips.skip("too_long", path, lineno, f"longer than {limit} bytes", byte=pos)
-                else:
-                    yield lineno, pos, piece.rstrip(b"\r")
-                pos += n + 1
-                if lineno is not None:
-                    lineno += 1
-            if rest:
-                carried_len += len(rest)
-                if not discarding:
-                    carried.append(rest)
-                    if carried_len > limit:
-                        discarding, carried = True, []
-        # a last line without a newline keeps any trailing CR (as it was read)
-        if (carried or discarding) and (end is None or pos < end):
-            if discarding or carried_len > limit:
+    pos = start
+    carried: list[bytes] = []   # start of a line that continues in the next block
+    carried_len = 0
+    discarding = False          # the carried line is already known to be too long
+    while end is None or pos < end:  # pos: where the current (possibly carried) line starts
+        try:
+            block = f.read(_READ_BLOCK)
+        except _STREAM_ERRORS as e:
+            raise _CorruptStream(pos + carried_len, e) from None
+        if not block:
+            break
+        skips.nul_bytes += block.count(b"\0")
+        pieces = block.split(b"\n")
+        rest = pieces.pop()     # after the block's last newline: an unfinished line (or b"")
+        for piece in pieces:
+            if end is not None and pos >= end:
+                return
+            if carried or discarding:  # this piece finishes the line carried over
+                n = carried_len + len(piece)
+                piece = b"" if discarding else b"".join(carried) + piece
+                carried, carried_len = [], 0
+            else:
+                n = len(piece)
+            if n > limit:
+                discarding = False
                 skips.skip("too_long", path, lineno, f"longer than {limit} bytes", byte=pos)
             else:
-                yield lineno, pos, b"".join(carried)
-    finally:
-        f.close()
+                yield lineno, pos, piece.rstrip(b"\r")
+            pos += n + 1
+            if lineno is not None:
+                lineno += 1
+        if rest:
+            carried_len += len(rest)
+            if not discarding:
+                carried.append(rest)
+                if carried_len > limit:
+                    discarding, carried = True, []
+    # a last line without a newline keeps any trailing CR (as it was read)
+    if (carried or discarding) and (end is None or pos < end):
+        if discarding or carried_len > limit:
+            skips.skip("too_long", path, lineno, f"longer than {limit} bytes", byte=pos)
+        else:
+            yield lineno, pos, b"".join(carried)
 
 
 def _decode(raw: bytes, inp: InputFile, line: int | None, byte: int, skips: SkipLog) -> str | None:
@@ -298,13 +331,17 @@ def _arrow(inp: InputFile, item: WorkItem, opts: TokenizeOptions, skips: SkipLog
 
 
 def iter_documents(inp: InputFile, item: WorkItem, opts: TokenizeOptions, skips: SkipLog) -> Iterator[str]:
-    """Documents of one work item, in file order; skips are recorded in ``skips``."""
-    if inp.format == "parquet":
-        return _parquet(inp, item, opts, skips)
-    if inp.format == "arrow":
-        return _arrow(inp, item, opts, skips)
-    if inp.format == "jsonl":
-        return _jsonl(inp, item, opts, skips)
-    if opts.txt_mode == "paragraph":
-        return _txt_paragraphs(inp, item, opts, skips)
-    return _txt_lines(inp, item, opts, skips)
+    """Documents of one work item, in file order; skips are recorded in ``skips``.
+
+    Exactly the planned bytes or rows are read; an input that changed while it was read raises
+    InputDataError once its item is exhausted (before the task can finish its shard).
+    """
+    if inp.tabular:
+        if item.end is None and inp.rows is not None:
+            item = replace(item, end=inp.rows)
+        read = _parquet if inp.format == "parquet" else _arrow
+        docs = rows_then_check(inp, read(inp, item, opts, skips))
+    else:
+        read = _jsonl if inp.format == "jsonl" else _txt_paragraphs if opts.txt_mode == "paragraph" else _txt_lines
+        docs = read(inp, item, opts, skips)
+    return health.watch(inp, item, docs, skips)

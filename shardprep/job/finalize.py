@@ -11,12 +11,14 @@ from pathlib import Path
 
 from shardprep.errors import IncompleteError, InputDataError
 from shardprep.job.schema import CREATED_BY, Index, IndexShard, IndexTokenizer, IndexTotals, Job
-from shardprep.job.schema.fields import read_record
+from shardprep.storage.lock import output_lock
 from shardprep.job.state import format_array_ranges, job_state, load_job
 from shardprep.shard.format import FORMAT_VERSION, INDEX_FILE
 from shardprep.storage.atomic import write_json_atomic
 
 log = logging.getLogger(__name__)
+
+LOCK_WAIT_S = 60.0
 
 
 def build_index(output: Path) -> Index:
@@ -60,16 +62,16 @@ def _index_tokenizer(job: Job) -> IndexTokenizer:
                           tok.bos_token, tok.pad_token, opts.add_eos, opts.add_bos)
 
 
-def read_index(output: Path) -> Index:
-    """Read ``<output>/index.json``; a clear error when the job was not finalized."""
-    return read_record(Path(output) / INDEX_FILE, Index.parse, hint="run `shardprep finalize` first")
-
-
 def finalize(output: Path) -> Index:
-    """Write ``<output>/index.json`` atomically and return it."""
+    """Write ``<output>/index.json`` atomically and return it.
+
+    Holds the output directory's lock, waiting up to ``LOCK_WAIT_S`` for it: a Slurm finalize job whose
+    tasks finished quickly may start while the ``submit`` that queued it is still recording job ids.
+    """
     output = Path(output)
-    index = build_index(output)
-    write_json_atomic(output / INDEX_FILE, index.to_dict())
+    with output_lock(output, wait_s=LOCK_WAIT_S):
+        index = build_index(output)
+        write_json_atomic(output / INDEX_FILE, index.to_dict())
     t = index.totals
     log.info("finalized %s: %d shards, %d documents, %d tokens, %d bytes", output, t.shards, t.documents,
              t.tokens, t.bytes)

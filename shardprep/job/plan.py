@@ -12,6 +12,7 @@ holds the discovered inputs and 24 bytes per task, never the task list itself.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import itertools
@@ -19,6 +20,7 @@ import logging
 import math
 import operator
 import os
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +36,7 @@ from shardprep.inputs.readers import WorkItem
 from shardprep.job.plan_files import TaskTable, TaskTableWriter
 from shardprep.job.schema import Job, PlanFiles, PlanSummary, TaskItem
 from shardprep.shard.format import (FORMAT_VERSION, INDEX_FILE, JOB_FILE, PLAN_DIR, PLAN_RECORDS_FILE,
-                                    PLAN_TABLE_FILE, SHARD_RE, TOKENIZER_FILE)
+                                    PLAN_TABLE_FILE, TOKENIZER_FILE)
 from shardprep.tokenizer.load import ResolvedTokenizer
 
 log = logging.getLogger(__name__)
@@ -281,19 +283,102 @@ def _differences(output: Path, old: Job, new: Job, plan: Plan) -> list[str]:
     return diffs
 
 
-def clear_output(output: Path, *, keep: Path | None = None) -> None:
-    """Remove what shardprep wrote into ``output`` (shards, sidecars, index, plan, logs); nothing else.
+# Everything shardprep writes into an output directory, as paths relative to it: --overwrite deletes these
+# and nothing else.  A new kind of file written there must be added here (test_overwrite checks the files
+# of a local and a Slurm run against it).
+OWNED_DIRS = ("logs", "slurm", "slurm/submitit", PLAN_DIR)
+OWNED_FILES = re.compile("|".join((
+    r"shard-\d{5,}\.(tar|json)",                        # shards and sidecars
+    rf"{re.escape(JOB_FILE)}|{re.escape(INDEX_FILE)}|{re.escape(TOKENIZER_FILE)}",
+    rf"{re.escape(PLAN_RECORDS_FILE)}|{re.escape(PLAN_TABLE_FILE)}",   # the plan's per-task records
+    r"logs/task-\d{5,}\.log",                           # local executor / run-task logs
+    r"logs/\d+_\d+\.out|logs/finalize-\d+\.out",         # sbatch array task and finalize logs
+    r"slurm/jobs\.json|slurm/\d{3,}-(tokenize-\d+|finalize)\.sbatch",
+    r"slurm/submitit/[^/]+_(submitted\.pkl|submission\.sh|result\.pkl|log\.out|log\.err)",
+    r"slurm/submitit/\.submission_file_[^/]+\.sh",
+    r"report\.html|report-[a-z0-9-]+\.png",                 # `shardprep report` (its default place)
+)))
+_TEMP = re.compile(r"(?P<dir>(?:[^/]+/)*)\.(?P<name>[^/]+)\.[^./]+\.\d+\.tmp")   # storage.atomic.temp_name_for
 
-    ``keep``: the caller's own plan staging directory (other, dead planners' ones are removed)."""
-    for p in output.iterdir():
-        if p == keep:
-            continue
-        if SHARD_RE.match(p.name) or (p.name.startswith("shard-") and p.suffix == ".json") or \
-                p.name in (JOB_FILE, INDEX_FILE, TOKENIZER_FILE) or (p.name.startswith(".shard-") and p.suffix == ".tmp"):
-            p.unlink()
-        elif p.is_dir() and (p.name in ("logs", "slurm", PLAN_DIR) or (p.name.startswith(f".{PLAN_DIR}.")
-                                                                       and p.suffix == ".tmp")):
-            shutil.rmtree(p)
+
+def written_by_shardprep(relative: str) -> bool:
+    """Whether the file at ``relative`` (POSIX, inside an output directory) is one shardprep writes,
+    including the temporary name of one (an interrupted atomic write)."""
+    m = _TEMP.fullmatch(relative)
+    if m:
+        relative = m.group("dir") + m.group("name")
+    return OWNED_FILES.fullmatch(relative) is not None
+
+
+def _require_shardprep_plan(job_path: Path) -> None:
+    """--overwrite starts over only a shardprep plan: a job.json another tool wrote is not ours to delete."""
+    try:
+        old = orjson.loads(job_path.read_bytes())
+    except FileNotFoundError:
+        return
+    except orjson.JSONDecodeError:
+        old = None
+    ours = isinstance(old, dict) and (str(old.get("created_by", "")).startswith("shardprep")
+                                      or {"fingerprint", "inputs", "tasks"} <= old.keys())
+    if not ours:
+        raise PlanConflictError(f"{job_path} is not a shardprep plan: --overwrite deletes only files shardprep "
+                                "wrote, and will not delete it",
+                                hint="move or remove it yourself, or use a new --output")
+
+
+def _sort_output(output: Path) -> tuple[list[Path], list[Path], list[str]]:
+    """(files shardprep wrote, planners' staging directories, what else is there) in ``output``; only
+    shardprep's own subdirectories are entered, and the output lock (held by this process) is neither."""
+    from shardprep.storage.lock import LOCK_FILE
+
+    ours: list[Path] = []
+    staging: list[Path] = []
+    kept: list[str] = []
+    pending = [""]
+    while pending:
+        rel_dir = pending.pop()
+        with os.scandir(output / rel_dir) as it:
+            for entry in sorted(it, key=lambda e: e.name):
+                rel = rel_dir + entry.name
+                if rel.startswith(LOCK_FILE):
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    if rel in OWNED_DIRS:
+                        pending.append(rel + "/")
+                    elif (m := _TEMP.fullmatch(rel)) and m.group("dir") + m.group("name") == PLAN_DIR:
+                        staging.append(output / rel)      # .plan.<host>.<pid>.tmp/ (write_plan)
+                    else:
+                        kept.append(rel + "/")
+                elif written_by_shardprep(rel):
+                    ours.append(output / rel)
+                else:
+                    kept.append(rel)
+    return ours, staging, kept
+
+
+def clear_output(output: Path, *, keep: Path | None = None) -> list[str]:
+    """Remove what shardprep wrote into ``output`` (shards, sidecars, plan, index, logs, Slurm records);
+    keep everything else, and return what was kept (relative paths, directories with a trailing /).
+
+    Why keep: a user's notes or scripts in the output directory (or in its logs/) are theirs; only the
+    names shardprep writes (:data:`OWNED_FILES`) are deleted.  A job.json that is not a shardprep plan is
+    refused (PlanConflictError, exit 4) before anything is deleted.  ``keep``: the caller's own plan
+    staging directory.
+    """
+    _require_shardprep_plan(output / JOB_FILE)
+    ours, staging, kept = _sort_output(output)
+    for p in ours:
+        p.unlink(missing_ok=True)
+    for d in staging:                               # other (dead) planners'; ``keep`` is the caller's own
+        if d != keep:
+            shutil.rmtree(d, ignore_errors=True)
+    for d in sorted(OWNED_DIRS, reverse=True):      # subdirectories first
+        with contextlib.suppress(OSError):          # not there, or holds a kept file
+            (output / d).rmdir()
+    if kept:
+        log.warning("--overwrite kept %d entr%s shardprep did not write in %s: %s", len(kept),
+                    "y" if len(kept) == 1 else "ies", output, ", ".join(kept[:10]) + (" ..." if len(kept) > 10 else ""))
+    return kept
 
 
 def _existing_plan(job_path: Path) -> Job | str | None:

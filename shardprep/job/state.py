@@ -19,8 +19,12 @@ log = logging.getLogger(__name__)
 
 
 def load_job(output: Path) -> Job:
-    """Read ``<output>/job.json``; a clear error when there is none (nothing planned there)."""
-    return read_record(Path(output) / JOB_FILE, Job.parse, hint="run `shardprep plan` or `submit` first")
+    """Read ``<output>/job.json``; a clear error when there is none (nothing planned there) or the output
+    is a file."""
+    try:
+        return read_record(Path(output) / JOB_FILE, Job.parse, hint="run `shardprep plan` or `submit` first")
+    except NotADirectoryError:
+        raise ConfigError(f"output directory {output} is a file, not a directory") from None
 
 
 def check_task(output: Path, job: Job, task: int, *,

@@ -24,6 +24,7 @@ from typing import Callable, Iterator, Sequence
 from shardprep.job.options import TokenizeOptions
 from shardprep.errors import InputDataError, Preempted, TokenizerError
 from shardprep.storage.atomic import remove_stale_temps, write_json_atomic
+from shardprep.inputs.planned import changed_since_planned
 from shardprep.inputs.readers import SkipLog, iter_documents
 from shardprep.job.plan_files import read_task
 from shardprep.job.schema import CREATED_BY, Job, Sidecar, Task, TaskItem
@@ -81,7 +82,7 @@ def _check_inputs_unchanged(task: Task) -> None:
             st = os.stat(inp.path)
         except OSError as e:
             raise InputDataError(f"input {inp.path} is not readable: {e.strerror}") from None
-        if st.st_size != inp.size or st.st_mtime_ns != inp.mtime_ns:
+        if changed_since_planned(inp, st):
             raise InputDataError(f"input {inp.path} changed since it was planned (size or mtime differs)",
                                  hint="re-plan into a new output directory")
 
@@ -271,7 +272,8 @@ def build_sidecar(job: Job, task: int, result: ShardResult, skips: SkipLog, back
         plan_fingerprint=job.fingerprint, tokenizer_fingerprint=tok.fingerprint, layout=opts.layout,
         dtype=tok.dtype, bytes=result.bytes, sha256=result.sha256, samples=result.samples,
         documents=result.documents, tokens=result.tokens, chunks=result.chunks, skipped=skips.counts,
-        skipped_examples=tuple(skips.examples), inputs=tuple(i.sidecar_input() for i in items),
+        skipped_examples=tuple(skips.examples), warnings=tuple(skips.warnings),
+        inputs=tuple(i.sidecar_input() for i in items),
         backend=backend_info or {"name": None, "requested": opts.backend, "check": None},
         stats={
             "elapsed_s": round(elapsed, 3),

@@ -11,9 +11,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from shardprep.errors import RecordError
-from shardprep.job.finalize import read_index
-from shardprep.job.schema import ChunkTable, IndexShard, Sidecar
+from shardprep.errors import ConfigError, IncompleteError, InputDataError, RecordError
+from shardprep.job.schema import ChunkTable, Index, IndexShard, Sidecar
+from shardprep.loader.index import read_index
+from shardprep.shard.format import INDEX_FILE
 from shardprep.shard.reader import walk_tar
 from shardprep.storage.atomic import sha256_file
 
@@ -74,10 +75,29 @@ def _check_samples(path: Path, table: ChunkTable, vocab_size: int, problems: lis
     return docs, tokens
 
 
+def _read_index(output: Path) -> Index:
+    """``output/index.json``; a torn or foreign index is one IncompleteError naming the file and the field
+    (exit 5: the output does not verify), never a traceback."""
+    if output.exists() and not output.is_dir():
+        raise ConfigError(f"{output} is a file, not an output directory")
+    if not (output / INDEX_FILE).exists():
+        raise IncompleteError(f"{output} has no {INDEX_FILE}", hint="run `shardprep finalize` first")
+    try:
+        index = read_index(str(output))
+    except InputDataError as e:
+        raise IncompleteError(str(e.args[0]), hint=f"rewrite it with `shardprep finalize {output}`") from None
+    if index.tokenizer.vocab_size < 1:
+        raise IncompleteError(f"{output / INDEX_FILE}: tokenizer.vocab_size is {index.tokenizer.vocab_size}, not a "
+                              f"positive integer", hint=f"rewrite it with `shardprep finalize {output}`")
+    return index
+
+
 def verify(output: Path, *, workers: int = 4) -> list[ShardCheck]:
     """Check every shard listed in index.json; return the bad ones (empty list: all good)."""
+    if not isinstance(workers, int) or workers < 1:
+        raise ConfigError(f"--workers {workers!r} is invalid: must be at least 1")
     output = Path(output)
-    index = read_index(output)
+    index = _read_index(output)
     vocab = index.tokenizer.vocab_size
     with ThreadPoolExecutor(max_workers=workers) as pool:
         checks = list(pool.map(lambda e: check_shard(output, e, vocab), index.shards))

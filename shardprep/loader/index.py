@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import orjson
@@ -104,20 +105,28 @@ def _fingerprint(parts: object) -> str:
     return hashlib.sha256(orjson.dumps(parts)).hexdigest()
 
 
+def read_index(root: str | Path, *, storage: StorageOptions | None = None) -> Index:
+    """Read and check ``root/index.json`` as a record (``job.schema.Index``: version, layout, dtype, every
+    field's type; errors name the file and the field, a torn or foreign index is never a KeyError).
+    The files it lists are not looked at here: the loader checks them all at once (:func:`load_index`),
+    ``shardprep verify`` shard by shard."""
+    where = join(str(root), INDEX_FILE)
+    try:
+        data = read_bytes(where, storage=storage)
+    except (FileNotFoundError, NotADirectoryError):
+        raise InputDataError(f"{where} does not exist: not a finalized shardprep output",
+                             hint="run `shardprep finalize`, or pass legacy tars (token_ids.json samples)") from None
+    return Index.parse(data, where)
+
+
 def load_index(root: str, *, verify: bool = False, storage: StorageOptions | None = None) -> DatasetIndex:
     """Read ``root/index.json``, check it against the files next to it, and return the dataset.
 
-    Always checked: the record itself (format version, layout, dtype, every field's type), and that every
-    listed shard exists with the listed size.  With ``verify``: every sidecar (as when a worker opens it)
-    and every shard's sha256.
+    Always checked: the record itself (:func:`read_index`) and that every listed shard exists with the
+    listed size.  With ``verify``: every sidecar (as when a worker opens it) and every shard's sha256.
     """
     root = str(root)
-    where = join(root, INDEX_FILE)
-    try:
-        rec = Index.parse(read_bytes(where, storage=storage), where)
-    except FileNotFoundError:
-        raise InputDataError(f"{where} does not exist: not a finalized shardprep output",
-                             hint="run `shardprep finalize`, or pass legacy tars (token_ids.json samples)") from None
+    rec = read_index(root, storage=storage)
     shards = list(rec.shards)
     fingerprint = _fingerprint([rec.format_version, rec.plan_fingerprint, rec.tokenizer_fingerprint,
                                 [[s.name, s.bytes, s.sha256] for s in shards]])

@@ -78,6 +78,8 @@ class ChunkReader:
         self._chunks: OrderedDict[tuple[int, int], DecodedChunk] = OrderedDict()
         self._cached = 0
         self.reads = 0          # chunks decoded (for tests and the benchmark)
+        vocab = index.tokenizer.vocab_size if index.tokenizer is not None else None   # None: legacy tars
+        self._vocab_size = vocab if vocab is not None and vocab > 0 else None
 
     def table(self, shard: int) -> ChunkTable:
         t = self.tables.get(shard)
@@ -128,6 +130,7 @@ class ChunkReader:
             raise InputDataError(f"corrupt shard {where}: sample {table.key[chunk]}: document lengths sum to "
                                  f"{int(lens.sum())} for {len(tokens)} tokens ({len(lens)} documents, sidecar "
                                  f"says {int(table.docs[chunk])})", hint="run `shardprep verify`")
+        self._check_ids(tokens, where, table.key[chunk], chunk)
         self.reads += 1
         order = doc_order(len(lens), seed=self.seed, epoch=self.epoch, shard=shard, chunk=chunk,
                           shuffle=self.shuffle)
@@ -138,6 +141,14 @@ class ChunkReader:
         np.cumsum(lens, out=starts[1:])
         # unshuffled (or single-document) chunks are already in stream order
         return DecodedChunk(tokens, starts, order, packed=self.packed)
+
+    def _check_ids(self, tokens: np.ndarray, where: str, key: str, chunk: int) -> None:
+        """Refuse ids the tokenizer cannot have produced (a flipped byte in a shard read without
+        ``verify=True``): one ``max`` per decoded chunk, about 1% of decoding it."""
+        if self._vocab_size is not None and tokens.size and int(tokens.max()) >= self._vocab_size:
+            raise InputDataError(f"corrupt shard {where}: sample {key} (chunk {chunk}) holds token id "
+                                 f"{int(tokens.max())} >= vocab size {self._vocab_size}",
+                                 hint="run `shardprep verify` and re-run the task that wrote it")
 
     def close(self) -> None:
         for src in self._sources.values():

@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from shardprep.job.schema.sidecar import ChunkTable
-from shardprep.storage.atomic import HashingWriter, fsync_dir, start_writeback, temp_name_for
+from shardprep.storage.atomic import (HashingWriter, discard_temp, fsync_dir, no_space_error, start_writeback,
+                                     temp_name_for)
 from shardprep.shard.format import DTYPES, EXT_FOR_DTYPE, LAYOUTS, sample_key
 
 _BLOCK = 512
@@ -126,11 +127,7 @@ class ShardWriter:
         if self._closed:
             return
         self._closed = True
-        self._file.close()
-        try:
-            os.unlink(self._tmp)
-        except FileNotFoundError:
-            pass
+        discard_temp(self._file, self._tmp)
 
     def __enter__(self) -> "ShardWriter":
         return self
@@ -138,6 +135,9 @@ class ShardWriter:
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is not None:
             self.abort()
+            full = no_space_error(self.path, exc)
+            if full is not None:
+                raise full from exc
 
     # -- internals ----------------------------------------------------------------------------------
     def _member(self, name: str, payload: bytes | memoryview) -> int:

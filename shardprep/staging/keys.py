@@ -109,6 +109,16 @@ def plan_local_paths(relatives: Iterable[str]) -> tuple[dict[str, PurePosixPath]
     return mapping, refused
 
 
+def case_collisions(relatives: Iterable[str]) -> list[list[str]]:
+    """Groups of keys equal but for letter case.  Staged anyway (they are different files on Linux and
+    Lustre) but worth a warning: copied on to a case-insensitive file system (macOS, Windows shares) they
+    become one file, silently."""
+    groups: dict[str, list[str]] = {}
+    for rel in relatives:
+        groups.setdefault(normalised(rel).casefold(), []).append(rel)
+    return [sorted(g) for _, g in sorted(groups.items()) if len(g) > 1]
+
+
 def format_refused(refused: list[RefusedKey], *, limit: int = 20) -> str:
     """A readable multi-line list for the error message (longest listings are truncated)."""
     lines = [f"  {r.key!r}: {r.reason}" for r in refused[:limit]]

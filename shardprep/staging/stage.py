@@ -32,18 +32,19 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
-from shardprep.errors import InputDataError
-from shardprep.storage.atomic import fsync_dir, is_temp_name, temp_name_for
+from shardprep.errors import ConfigError
+from shardprep.storage.atomic import fsync_dir, is_temp_name, start_writeback, temp_name_for
 from shardprep.storage.lustre import STAGED_INPUT_LAYOUT, StripeLayout, prepare_output_dir
-from shardprep.staging import keys as keymod
+from shardprep.staging import s5cmd
 from shardprep.staging.fastget import DirectGetter, SigningCapture, direct_getter
-from shardprep.staging.manifest import (RemoteObject, VerifiedCopy, VerifiedJournal, list_prefix,
-                                        matches_filters, write_manifest)
+from shardprep.staging.manifest import RemoteObject, VerifiedCopy, VerifiedJournal, write_manifest
+from shardprep.staging.plan import StageItem, StagePlan, plan_stage
 from shardprep.staging.ranged import fetch_ranges, range_size_for_parts, stream_into, upload_part_size
 from shardprep.storage.s3 import (DEFAULT_PART_SIZE, ClientOptions, check_transfer_settings,
-                                        describe_client_error, make_client, parse_s3_url, transfer_error)
+                                  describe_client_error, make_client)
 from shardprep.staging.summary import TransferSummary, progress_bar
-from shardprep.staging.integrity import VerificationFailed, combine_part_md5s, is_single_part_etag, verify_download
+from shardprep.staging.integrity import (VerificationFailed, combine_part_md5s, is_single_part_etag, md5_hex,
+                                         multipart_etag, verify_download)
 
 log = logging.getLogger(__name__)
 
@@ -65,9 +66,12 @@ class StageOptions:
     layout: StripeLayout | None = STAGED_INPUT_LAYOUT
     progress: bool | None = None
     client: ClientOptions = field(default_factory=ClientOptions)
+    engine: str = "builtin"  # who fetches the large objects: our ranged GETs (builtin) or s5cmd
 
     def __post_init__(self) -> None:
         check_transfer_settings(self.concurrency, self.multipart_chunksize)
+        if self.engine not in s5cmd.ENGINES:
+            raise ConfigError(f"--engine must be one of {', '.join(s5cmd.ENGINES)} (got {self.engine!r})")
         object.__setattr__(self, "dest", Path(self.dest))
 
     def to_argv(self) -> list[str]:
@@ -82,78 +86,13 @@ class StageOptions:
                            ("--region", self.client.region)):
             if value:
                 argv += [opt, value]
+        if self.engine != "builtin":
+            argv += ["--engine", self.engine]
         if self.layout is None:
             argv.append("--no-stripe")
         elif self.layout != STAGED_INPUT_LAYOUT:
             argv.append("--stripe-layout=" + shlex.join(self.layout.args))
         return argv
-
-
-@dataclass(frozen=True)
-class StageItem:
-    obj: RemoteObject
-    relative: str        # local path relative to the destination (POSIX form)
-
-
-@dataclass
-class StagePlan:
-    """The outcome of listing and checking: what would be copied and what is already there."""
-
-    source: str
-    bucket: str
-    todo: list[StageItem]
-    skipped: list[StageItem]
-
-    @property
-    def todo_bytes(self) -> int:
-        return sum(i.obj.size for i in self.todo)
-
-
-def select_objects(listing: list[RemoteObject], prefix: str, include: tuple[str, ...],
-                   exclude: tuple[str, ...]) -> list[tuple[RemoteObject, str]]:
-    """(object, key below the prefix) for every non-folder object passing the filters."""
-    chosen = []
-    for obj in listing:
-        rel = keymod.relative_key(obj.key, prefix)
-        if keymod.is_directory_marker(rel, obj.size) or (rel == "" and obj.size == 0):
-            continue
-        if matches_filters(rel, include, exclude):
-            chosen.append((obj, rel))
-    return chosen
-
-
-def plan_stage(options: StageOptions, client: Any) -> StagePlan:
-    """List once, filter, refuse unsafe keys (raising before anything is written), find what to skip."""
-    from botocore.exceptions import BotoCoreError, ClientError
-
-    loc = parse_s3_url(options.source, what="SOURCE")
-    try:
-        listing = list_prefix(client, loc.bucket, loc.prefix)
-    except (BotoCoreError, ClientError) as e:
-        raise transfer_error(e, what=f"listing {loc.url}") from e
-    selected = select_objects(listing, loc.prefix, options.include, options.exclude)
-    if not selected:
-        raise InputDataError(f"no objects under {loc.url} match the filters "
-                             f"({len(listing)} listed; include={list(options.include)} "
-                             f"exclude={list(options.exclude)})")
-    mapping, refused = keymod.plan_local_paths(rel for _, rel in selected)
-    if refused:
-        log.error("keys that cannot be staged safely:\n%s", keymod.format_refused(refused, limit=1000))
-        shown = "; ".join(f"{r.key!r} ({r.reason})" for r in refused[:3])
-        more = f" and {len(refused) - 3} more" if len(refused) > 3 else ""
-        raise InputDataError(f"{len(refused)} key(s) under {loc.url} would escape or collide in {options.dest}: "
-                             f"{shown}{more}; nothing was written",
-                             hint="leave them out with --exclude")
-    verified = VerifiedJournal(options.dest).load()
-    todo, skipped = [], []
-    for obj, rel in selected:
-        item = StageItem(obj, str(mapping[rel]))
-        rec = verified.get(obj.key)
-        if rec is not None and rec.path == item.relative and rec.still_valid(obj, options.dest / item.relative):
-            skipped.append(item)
-        else:
-            todo.append(item)
-    return StagePlan(loc.url, loc.bucket, todo, skipped)
 
 
 class _Stager:
@@ -173,6 +112,7 @@ class _Stager:
         self._parts = ThreadPoolExecutor(options.concurrency, thread_name_prefix="stage-part")
         self._stop = threading.Event()
         self._direct: DirectGetter | None = None
+        self._s5cmd = s5cmd.choose_engine(options.engine)     # its binary, or None: our own GETs
 
     def remove_dead_temporaries(self) -> int:
         """Delete temporaries a killed run left for the objects about to be fetched.
@@ -191,8 +131,10 @@ class _Stager:
             except FileNotFoundError:
                 continue
             for entry in entries:
-                # temp_name_for: ".<target name>.<host>.<pid>.tmp" (the host part has no dots)
-                parts = entry.name[:-len(".tmp")].rsplit(".", 2) if is_temp_name(entry.name) else []
+                # temp_name_for: ".<target name>.<host>.<pid>.tmp" (the host part has no dots); s5cmd's
+                # own temporary of one appends digits to it
+                name = entry.name.rstrip("0123456789")
+                parts = name[:-len(".tmp")].rsplit(".", 2) if is_temp_name(name) else []
                 if len(parts) == 3 and parts[0][1:] in names:
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(entry.path)
@@ -222,6 +164,8 @@ class _Stager:
             self._stop.set()
             pool.shutdown(wait=True, cancel_futures=True)
             self._parts.shutdown(wait=True)
+            if self._s5cmd:   # after Ctrl-C: what s5cmd had in flight (its own temporaries too)
+                self.remove_dead_temporaries()
             self.bar.close()
             for d in sorted(self._dirs):
                 with contextlib.suppress(FileNotFoundError):
@@ -230,19 +174,30 @@ class _Stager:
         return self.summary.finish()
 
     def _submit_all(self, pool: ThreadPoolExecutor) -> dict[Future, StageItem]:
-        """Submit every object, the smallest one below the multipart threshold first and alone.
+        """Submit every object ours to fetch, the smallest one below the multipart threshold first and
+        alone, then hand s5cmd its share (:meth:`_for_s5cmd`) and land those as it reports them.
 
-        That one goes through ``get_object`` and its request shows the direct GET (``fastget``) how to
-        address and sign this bucket; waiting for it costs one round trip, the others then start at once.
+        That first one goes through ``get_object`` and its request shows the direct GET (``fastget``) how
+        to address and sign this bucket; waiting for it costs one round trip, the others then start at once.
         """
-        small = [i for i in self.plan.todo if i.obj.size < self.options.multipart_threshold]
+        ours = [i for i in self.plan.todo if not self._for_s5cmd(i)]
+        small = [i for i in ours if i.obj.size < self.options.multipart_threshold]
         first = min(small, key=lambda i: i.obj.size, default=None)
         futures: dict[Future, StageItem] = {}
         if first is not None:
             futures[pool.submit(self.fetch_first_small, first)] = first
             wait(futures)
-        futures.update({pool.submit(self.fetch, item): item for item in self.plan.todo if item is not first})
+        futures.update({pool.submit(self.fetch, item): item for item in ours if item is not first})
+        if len(ours) < len(self.plan.todo):
+            futures.update(self._run_s5cmd(pool, [i for i in self.plan.todo if self._for_s5cmd(i)]))
         return futures
+
+    def _for_s5cmd(self, item: StageItem) -> bool:
+        """With ``--engine s5cmd``, s5cmd fetches the objects of at least ``--part-size`` (the ones we would
+        fetch in ranges).  Small objects stay ours: s5cmd spends a HEAD and a fresh client on every
+        single-object command, and measured that way it was 0.6-0.7x our direct GET (docs/benchmarks.md)."""
+        return (self._s5cmd is not None and s5cmd.usable_key(item.obj.key)
+                and item.obj.size >= self.options.multipart_threshold)
 
     def fetch_first_small(self, item: StageItem) -> None:
         """:meth:`fetch` through ``get_object``, watching its request to set up the direct GET for the rest."""
@@ -254,15 +209,11 @@ class _Stager:
                                              max_attempts=self.options.client.max_attempts)
 
     def fetch(self, item: StageItem) -> None:
-        """Download, verify, fsync, rename one object; record it in the journal."""
+        """Download (our own GETs, hashing as the bytes stream), fsync, then :meth:`_land` one object."""
         obj = item.obj
         target = self.options.dest / item.relative
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = temp_name_for(target)
-
-        def head(**extra: Any) -> dict[str, Any]:
-            return self.client.head_object(Bucket=self.plan.bucket, Key=obj.key, **extra)
-
         try:
             fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o666)   # RDWR: the whole-MD5 reads back
             try:
@@ -271,17 +222,23 @@ class _Stager:
                                             attempts=self.options.download_attempts, progress=self.bar.update,
                                             md5_every=max(obj.size, 1))[0].hex(), None
                 else:
-                    md5, etag = self._get_in_ranges(obj, fd, head)
+                    md5, etag = self._get_in_ranges(obj, fd, self._head(obj))
                 os.fsync(fd)
             finally:
                 os.close(fd)
-            result = verify_download(tmp, size=obj.size, etag=obj.etag, head=head, md5_of_stream=md5,
-                                     multipart_etag_of_stream=etag)
-            os.replace(tmp, target)
+            self._land(item, tmp, md5, etag)
         except BaseException:
             with contextlib.suppress(FileNotFoundError):
                 tmp.unlink()
             raise
+
+    def _land(self, item: StageItem, tmp: Path, md5: str | None, etag: str | None) -> None:
+        """Verify the fsynced ``tmp`` (using the digests taken so far), rename it, record it in the journal."""
+        obj = item.obj
+        target = self.options.dest / item.relative
+        result = verify_download(tmp, size=obj.size, etag=obj.etag, head=self._head(obj), md5_of_stream=md5,
+                                 multipart_etag_of_stream=etag)
+        os.replace(tmp, target)
         with self._dirs_lock:
             self._dirs.add(target.parent)
         st = target.stat()
@@ -289,6 +246,60 @@ class _Stager:
                                          method=result.method, checksum=result.value, mtime_ns=st.st_mtime_ns,
                                          verified_at=round(time.time(), 3)))
         self.summary.add_done(obj.size)
+
+    def _head(self, obj: RemoteObject) -> Callable[..., dict[str, Any]]:
+        return partial(self.client.head_object, Bucket=self.plan.bucket, Key=obj.key)
+
+    def _run_s5cmd(self, pool: ThreadPoolExecutor, items: list[StageItem]) -> dict[Future, StageItem]:
+        """Let one s5cmd process download ``items``; land each on ``pool`` as soon as s5cmd reports it.
+        Blocks until s5cmd is done."""
+        futures: dict[Future, StageItem] = {}
+        jobs: dict[s5cmd.Job, StageItem] = {}
+        for item in items:
+            target = self.options.dest / item.relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            jobs[s5cmd.Job(f"s3://{self.plan.bucket}/{item.obj.key}", temp_name_for(target))] = item
+
+        lock = threading.Lock()   # s5cmd's stdout (finished) and stderr (failed) are read on two threads
+
+        def done(job: s5cmd.Job, failure: str | None) -> None:
+            with lock:
+                futures[pool.submit(self._land_fetched, jobs[job], job.temp, failure)] = jobs[job]
+
+        s5cmd.S5cmdRun(self._s5cmd, self.options.client, concurrency=self.options.concurrency,
+                       part_size=self.options.multipart_chunksize,
+                       state_dir=self.journal.path.parent).run(list(jobs), done)
+        return futures
+
+    def _land_fetched(self, item: StageItem, tmp: Path, failure: str | None) -> None:
+        """An object s5cmd finished: hash the file again (s5cmd verifies nothing), fsync, :meth:`_land`."""
+        obj = item.obj
+        try:
+            if failure is not None:
+                raise s5cmd.S5cmdFailed(failure)
+            self.bar.update(obj.size)
+            fd = os.open(tmp, os.O_RDONLY)
+            try:
+                start_writeback(fd, 0, obj.size)    # s5cmd wrote it all at once: write out while we hash
+                md5 = etag = None
+                if is_single_part_etag(obj.etag):
+                    md5 = md5_hex(tmp)
+                elif obj.size >= self.options.multipart_threshold:
+                    part = upload_part_size(obj.size, obj.etag, self._head(obj))
+                    etag = multipart_etag(tmp, part) if part else None
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            try:
+                self._land(item, tmp, md5, etag)
+            except VerificationFailed:   # no If-Match with s5cmd: say so when the object was replaced
+                if self._head(obj)().get("ETag", "").strip('"') != obj.etag:
+                    raise s5cmd.ObjectChanged(obj.key) from None
+                raise
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+            raise
 
     def _open_body(self, obj: RemoteObject) -> Callable[[str | None], Any]:
         """Opens the whole object's streaming body: the direct GET when possible, else ``get_object``."""
@@ -334,12 +345,15 @@ def _if_match(obj: RemoteObject) -> dict[str, str]:
 def _reason(exc: BaseException) -> str:
     from botocore.exceptions import BotoCoreError, ClientError
 
-    if isinstance(exc, ClientError) and exc.response.get("Error", {}).get("Code") in ("PreconditionFailed", "412"):
+    if isinstance(exc, s5cmd.ObjectChanged) or (
+            isinstance(exc, ClientError) and exc.response.get("Error", {}).get("Code") in ("PreconditionFailed", "412")):
         return "object changed since it was listed (ETag no longer matches); re-run to fetch the new version"
     if isinstance(exc, (ClientError, BotoCoreError)):
         return describe_client_error(exc, what="download")
     if isinstance(exc, VerificationFailed):
         return f"verification failed: {exc}"
+    if isinstance(exc, s5cmd.S5cmdFailed):
+        return f"download: {exc}"
     return f"{type(exc).__name__}: {exc}"
 
 

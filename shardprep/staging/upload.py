@@ -10,18 +10,26 @@ multipart ETag recomputed with the object's part size) passes against the local 
 
 Ordering: ``index.json`` files go last, after every other upload succeeded, so a reader that finds an
 index never finds it pointing at missing shards.  If anything else failed the index is not uploaded.
+
+What was sent is what was meant: before a shard goes up its bytes are hashed and compared with the
+sha256 its sidecar recorded (a shard modified or corrupted since its task wrote it is not uploaded), and
+every file's identity (inode, size, mtime, ctime) is taken before its upload and compared after it.  A file
+that changed meanwhile may have gone up as a mix of old and new bytes: that object is deleted again and
+the file counts as failed, so index.json is not uploaded either (exit 7, naming the file).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from shardprep.errors import ConfigError, InputDataError
+from shardprep.errors import ConfigError, InputDataError, RecordError
+from shardprep.shard.format import SHARD_RE
+from shardprep.storage.atomic import sha256_file
 from shardprep.staging.manifest import RemoteObject, list_prefix, matches_filters
 from shardprep.storage.s3 import (DEFAULT_PART_SIZE, ClientOptions, check_transfer_settings,
                                         describe_client_error, make_client, parse_s3_url, transfer_error)
@@ -71,6 +79,56 @@ class UploadPlan:
     @property
     def todo_bytes(self) -> int:
         return sum(i.size for i in self.todo)
+
+
+@dataclass(frozen=True)
+class FileIdentity:
+    """What changes whenever a file's bytes change (ctime cannot be set back by the writer, unlike mtime)."""
+
+    dev: int
+    ino: int
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+
+    @classmethod
+    def of(cls, path: Path) -> "FileIdentity":
+        st = os.stat(path)
+        return cls(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+    def change(self, now: "FileIdentity") -> str:
+        """A short description of how ``now`` differs (for the failure message)."""
+        if (now.dev, now.ino) != (self.dev, self.ino):
+            return "replaced by another file"
+        if now.size != self.size:
+            return f"size {self.size} -> {now.size} bytes"
+        return "modified"
+
+
+def sidecar_sha256(path: Path) -> str | None:
+    """The sha256 the sidecar of shard ``path`` records, or None when ``path`` is not a shard with one."""
+    if not SHARD_RE.match(path.name):
+        return None
+    from shardprep.job.schema import Sidecar
+
+    where = path.with_suffix(".json")
+    try:
+        return Sidecar.parse(where.read_bytes(), where).sha256
+    except (OSError, RecordError):
+        return None
+
+
+def check_before_upload(item: "UploadItem") -> tuple[FileIdentity | None, str | None]:
+    """(identity to compare after the upload, or None with the reason not to upload the file at all)."""
+    try:
+        before = FileIdentity.of(item.path)
+        expected = sidecar_sha256(item.path)
+        if expected is not None and sha256_file(item.path) != expected:
+            return None, (f"sha256 of {item.path} differs from its sidecar {item.path.with_suffix('.json').name} "
+                          f"(modified or corrupt since its task wrote it); not uploaded")
+    except OSError as e:
+        return None, f"cannot read {item.path}: {e.strerror}"
+    return before, None
 
 
 def local_files(root: Path, include: tuple[str, ...], exclude: tuple[str, ...]) -> list[tuple[Path, str]]:
@@ -171,22 +229,67 @@ def run_upload(options: UploadOptions, client: Any, plan: UploadPlan) -> Transfe
     last = [i for i in plan.todo if Path(i.key).name in LAST_NAMES]
     tm = create_transfer_manager(client, config)
     try:
-        for batch in (first, last):
-            if batch is last and summary.failed:
-                for item in last:
-                    summary.add_failed(item.key, f"not uploaded because {len(summary.failed)} other file(s) failed")
-                break
-            futures = [(item, tm.upload(str(item.path), plan.bucket, item.key, extra_args=extra,
-                                        subscribers=[_Progress()])) for item in batch]
-            for item, fut in futures:
-                try:
-                    fut.result()
-                    summary.add_done(item.size)
-                except Exception as e:  # each file fails on its own; the rest still lands
-                    reason = describe_client_error(e, what="upload")
-                    log.warning("failed %s: %s", item.key, reason)
-                    summary.add_failed(item.key, reason)
+        with ThreadPoolExecutor(options.concurrency) as checks:
+            for batch in (first, last):
+                if batch is last and summary.failed:
+                    for item in last:
+                        summary.add_failed(item.key, f"not uploaded because {len(summary.failed)} other file(s) "
+                                                     f"failed")
+                    break
+                _upload_batch(batch, checks, summary, lambda item: tm.upload(
+                    str(item.path), plan.bucket, item.key, extra_args=extra, subscribers=[_Progress()]),
+                    lambda item: _delete_quietly(client, plan.bucket, item.key))
     finally:
         tm.shutdown()
         bar.close()
     return summary.finish()
+
+
+def _upload_batch(batch: list[UploadItem], checks: ThreadPoolExecutor, summary: TransferSummary,
+                  upload: Any, delete: Any) -> None:
+    """Check each file (sidecar sha256), upload it, then confirm it did not change while it went up.
+
+    Checks run in parallel and each upload starts as soon as its check passed; a file that changed during
+    its upload is deleted from the destination again (``delete``) and counted as failed.
+    """
+    pending = {checks.submit(check_before_upload, item): item for item in batch}
+    started = []
+    for fut in as_completed(pending):
+        item = pending[fut]
+        before, problem = fut.result()
+        if problem:
+            log.warning("failed %s: %s", item.key, problem)
+            summary.add_failed(item.key, problem)
+        else:
+            started.append((item, before, upload(item)))
+    for item, before, transfer in started:
+        try:
+            transfer.result()
+        except Exception as e:  # each file fails on its own; the rest still lands
+            reason = describe_client_error(e, what="upload")
+            log.warning("failed %s: %s", item.key, reason)
+            summary.add_failed(item.key, reason)
+            continue
+        try:
+            after = FileIdentity.of(item.path)
+        except OSError as e:
+            after = None
+            change = f"unreadable after the upload ({e.strerror})"
+        if after == before:
+            summary.add_done(item.size)
+            continue
+        if after is not None:
+            change = before.change(after)
+        reason = (f"{item.path} changed while it was uploaded ({change}): the object may mix old and new "
+                  f"bytes, {delete(item)}")
+        log.warning("failed %s: %s", item.key, reason)
+        summary.add_failed(item.key, reason)
+
+
+def _delete_quietly(client: Any, bucket: str, key: str) -> str:
+    """Delete an object that must not stay published; say what happened (for the failure message)."""
+    try:
+        client.delete_object(Bucket=bucket, Key=key)
+    except Exception as e:  # reported, not raised: the upload already failed
+        return f"and deleting it failed ({describe_client_error(e, what='delete')}): delete it by hand"
+    return "so it was deleted again; re-run the upload once the file is final"

@@ -7,6 +7,7 @@ goes through here, so "nothing half-written under a final name" is enforced in o
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import socket
@@ -95,6 +96,39 @@ class HashingWriter:
         self._raw.flush()
 
 
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+def no_space_error(target: Path, exc: BaseException) -> Exception | None:
+    """A one-line ``DiskFull`` (exit 8) for an ENOSPC/EDQUOT ``exc`` while writing ``target``, else None.
+
+    Names the file and what the file system has left (statvfs), because a bare ``OSError 28`` says
+    neither which of many outputs failed nor whether the disk is really full or a quota was hit.
+    """
+    if not isinstance(exc, OSError) or exc.errno not in _NO_SPACE:
+        return None
+    from shardprep.errors import DiskFull
+
+    what = "disk quota exceeded" if exc.errno == errno.EDQUOT else "no space left on device"
+    try:
+        st = os.statvfs(Path(target).parent)
+        free = f"{st.f_bavail * st.f_frsize:,} bytes free of {st.f_blocks * st.f_frsize:,}"
+    except OSError:
+        free = "free space unknown"
+    return DiskFull(f"{what} writing {target} ({free} on its file system); the temporary file was removed",
+                    hint="free space or write to another file system, then re-run the same command")
+
+
+def discard_temp(f: IO[bytes], tmp: Path) -> None:
+    """Close ``f`` and remove its temporary file, even when closing fails (a flush on a full disk)."""
+    try:
+        f.close()
+    except OSError:
+        pass
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()
+
+
 @contextlib.contextmanager
 def atomic_writer(target: Path, *, buffering: int = 1 << 20) -> Iterator[IO[bytes]]:
     """Open a temporary file for writing; on success fsync and rename it to ``target``.
@@ -111,10 +145,11 @@ def atomic_writer(target: Path, *, buffering: int = 1 << 20) -> Iterator[IO[byte
         f.close()
         os.replace(tmp, target)
         fsync_dir(target.parent)
-    except BaseException:
-        f.close()
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
+    except BaseException as e:
+        discard_temp(f, tmp)
+        full = no_space_error(target, e)
+        if full is not None:
+            raise full from e
         raise
 
 

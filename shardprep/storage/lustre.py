@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Callable
 
 from shardprep.errors import ConfigError, EnvironmentProblem
+from shardprep.storage.lock import is_unused_dir
 
 log = logging.getLogger(__name__)
 
@@ -223,10 +224,6 @@ def _make_dir(path: Path) -> None:
     path.mkdir(parents=True, exist_ok=True)
 
 
-def _is_empty_dir(path: Path) -> bool:
-    return not any(path.iterdir())
-
-
 def apply_layout(path: Path, layout: StripeLayout, *, lustre: bool) -> dict:
     """Create ``path`` if needed and, on Lustre and while it is empty, set and read back its layout."""
     global _said_not_lustre
@@ -242,7 +239,7 @@ def apply_layout(path: Path, layout: StripeLayout, *, lustre: bool) -> dict:
     if lfs is None:
         log.warning("%s is on Lustre but `lfs` is not on PATH; files get the inherited layout", path)
         return {"filesystem": "lustre", "applied": None, "command": None, "note": "lfs not found"}
-    if existed and not _is_empty_dir(path):
+    if existed and not is_unused_dir(path):
         log.info("%s already has files; keeping its layout (striping applies to new empty directories)", path)
         return {"filesystem": "lustre", "applied": read_layout(path), "command": None,
                 "note": "existing non-empty directory: layout left unchanged"}

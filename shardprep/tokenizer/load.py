@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import orjson
@@ -20,14 +20,9 @@ import orjson
 from shardprep._extras import require
 from shardprep.errors import TokenizerError
 from shardprep.shard.format import dtype_for_vocab
+from shardprep.tokenizer.specials import KINDS, SpecialChoice, choose_specials, special_from_config
 
 log = logging.getLogger(__name__)
-
-# Special tokens commonly used as end-of-document markers, in order of preference, for bare
-# tokenizer.json files that carry no tokenizer_config.json naming their EOS.
-_EOS_CANDIDATES = ("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>", "<|eot_id|>", "[SEP]", "<|im_end|>")
-_BOS_CANDIDATES = ("<|begin_of_text|>", "<s>", "<bos>", "[CLS]")
-_PAD_CANDIDATES = ("<pad>", "[PAD]", "<|pad|>")
 
 
 @dataclass(frozen=True)
@@ -53,26 +48,13 @@ class TokenizerInfo:
 class ResolvedTokenizer:
     json: str            # Rust tokenizer serialisation (what tasks load)
     info: TokenizerInfo
+    # how each of eos/bos/pad was chosen (printed by plan and doctor, never stored: see specials.py)
+    choices: dict[str, SpecialChoice] = field(default_factory=dict)
 
-
-def _special_from_config(directory: Path) -> dict[str, str]:
-    """eos/bos/pad token strings from tokenizer_config.json / special_tokens_map.json, when present."""
-    out: dict[str, str] = {}
-    for name in ("special_tokens_map.json", "tokenizer_config.json"):
-        p = directory / name
-        if not p.is_file():
-            continue
-        try:
-            cfg = orjson.loads(p.read_bytes())
-        except orjson.JSONDecodeError as e:
-            raise TokenizerError(f"{p}: invalid JSON: {e}") from None
-        for kind in ("eos_token", "bos_token", "pad_token"):
-            v = cfg.get(kind)
-            if isinstance(v, dict):
-                v = v.get("content")
-            if isinstance(v, str) and v:
-                out[kind] = v
-    return out
+    def describe_specials(self) -> dict[str, str]:
+        """``{kind: line}``: token, id and why, e.g. ``EOS '</s>' = 1 (post_processor: ...)``."""
+        ids = {"eos": self.info.eos_id, "bos": self.info.bos_id, "pad": self.info.pad_id}
+        return {k: self.choices[k].describe(k, ids[k]) for k in KINDS if k in self.choices}
 
 
 def _load_json_file(path: Path) -> str:
@@ -105,17 +87,8 @@ def _load_with_transformers(spec: str) -> tuple[str, dict[str, str]]:
             hint="convert it once with transformers (AutoTokenizer.from_pretrained(..., use_fast=True)"
                  ".save_pretrained(dir)) or supply a tokenizer.json",
         )
-    special = {k: getattr(tok, k) for k in ("eos_token", "bos_token", "pad_token") if getattr(tok, k, None)}
+    special = {k: getattr(tok, f"{k}_token") for k in KINDS if getattr(tok, f"{k}_token", None)}
     return tok.backend_tokenizer.to_str(), special
-
-
-def _pick(special: dict[str, str], kind: str, added: set[str], candidates: tuple[str, ...]) -> str | None:
-    if kind in special:
-        return special[kind]
-    for c in candidates:
-        if c in added:
-            return c
-    return None
 
 
 def tokenizer_fingerprint(tok_json: str, special: dict[str, str | None]) -> str:
@@ -146,11 +119,11 @@ def resolve_tokenizer(spec: str, *, eos_token: str | None = None, bos_token: str
     special: dict[str, str] = {}
     if path.is_file():
         tok_json = _load_json_file(path)
-        special = _special_from_config(path.parent)
+        special = special_from_config(path.parent)
     elif path.is_dir():
         if (path / "tokenizer.json").is_file():
             tok_json = _load_json_file(path / "tokenizer.json")
-            special = _special_from_config(path)
+            special = special_from_config(path)
         else:
             tok_json, special = _load_with_transformers(str(path))
     elif _looks_like_path(spec):
@@ -161,20 +134,19 @@ def resolve_tokenizer(spec: str, *, eos_token: str | None = None, bos_token: str
     tok = Tokenizer.from_str(tok_json)
     vocab = tok.get_vocab(with_added_tokens=True)
     vocab_size = max(vocab.values()) + 1 if vocab else 0
-    added = {t.content for t in tok.get_added_tokens_decoder().values()}
-    chosen = {
-        "eos": eos_token or _pick(special, "eos_token", added, _EOS_CANDIDATES),
-        "bos": bos_token or _pick(special, "bos_token", added, _BOS_CANDIDATES),
-        "pad": _pick(special, "pad_token", added, _PAD_CANDIDATES),
-    }
+    added = {t.content: bool(t.special) for t in tok.get_added_tokens_decoder().values()}
+    post = tok.post_processor.__getstate__() if tok.post_processor is not None else None
+    choices = choose_specials({"eos": eos_token, "bos": bos_token}, special, post, added)
+    chosen = {kind: c.token for kind, c in choices.items()}
     ids: dict[str, int | None] = {}
     for kind, token in chosen.items():
         ids[kind] = tok.token_to_id(token) if token else None
         if token and ids[kind] is None:
-            raise TokenizerError(f"{kind.upper()} token {token!r} is not in the vocabulary of {spec}")
+            raise TokenizerError(f"{kind.upper()} token {token!r} is not in the vocabulary of {spec} (named by "
+                                 f"{choices[kind].source}: {choices[kind].why})")
     info = TokenizerInfo(
         source=spec, fingerprint=tokenizer_fingerprint(tok_json, chosen), vocab_size=vocab_size, dtype=dtype_for_vocab(vocab_size),
         eos_token=chosen["eos"], eos_id=ids["eos"], bos_token=chosen["bos"], bos_id=ids["bos"],
         pad_token=chosen["pad"], pad_id=ids["pad"],
     )
-    return ResolvedTokenizer(tok_json, info)
+    return ResolvedTokenizer(tok_json, info, choices)

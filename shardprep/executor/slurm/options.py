@@ -15,6 +15,7 @@ from typing import Any
 from shardprep.errors import ConfigError
 
 DEFAULT_SIGNAL_SECONDS = 120
+DEFAULT_MAX_REQUEUES = 3        # also written in templates/tokenize.sbatch for by-hand use (a test keeps both equal)
 DEFAULT_JOB_NAME = "shardprep"
 
 # sbatch options the executors set themselves; accepting them in --sbatch-extra would silently break
@@ -109,6 +110,7 @@ class SlurmOptions:
     extra_sbatch: tuple[str, ...] = field(default_factory=tuple)   # free-form options, normalised
     signal_seconds: int = DEFAULT_SIGNAL_SECONDS   # USR1 this long before the time limit
     job_name: str = DEFAULT_JOB_NAME
+    max_requeues: int = DEFAULT_MAX_REQUEUES       # requeues after a pre-timeout stop; then the task fails
 
     def __post_init__(self) -> None:
         for opt, value in (("--partition", self.partition), ("--account", self.account),
@@ -136,6 +138,8 @@ class SlurmOptions:
             raise ConfigError(f"--max-parallel {self.max_parallel!r} must be a positive integer")
         if not isinstance(self.signal_seconds, int) or not 1 <= self.signal_seconds <= 65535:
             raise ConfigError(f"--signal-seconds {self.signal_seconds!r} must be between 1 and 65535")
+        if not isinstance(self.max_requeues, int) or self.max_requeues < 0:
+            raise ConfigError(f"--max-requeues {self.max_requeues!r} must be zero or a positive integer")
         object.__setattr__(self, "extra_sbatch", tuple(normalize_extra_line(x) for x in self.extra_sbatch))
 
     @property

@@ -90,8 +90,8 @@ def render_tokenize(opts: SlurmOptions, output: Path, array: PlannedArray, *, pa
     """The sbatch script of one tokenize array (one of ``parts`` when MaxArraySize split the ids)."""
     if array.offset is None:
         raise ValueError("an sbatch array runs task offset + index: plan it with indexing='offset'")
-    env = job_environment({"SHARDPREP_OUTPUT": str(output), "SHARDPREP_TASK_OFFSET": str(array.offset)},
-                          environ=environ)
+    env = job_environment({"SHARDPREP_OUTPUT": str(output), "SHARDPREP_TASK_OFFSET": str(array.offset),
+                           "SHARDPREP_MAX_REQUEUES": str(opts.max_requeues)}, environ=environ)
     return render(template_text("tokenize"), tokenize_directives(opts, output, array, parts=parts), env)
 
 

@@ -10,6 +10,10 @@ how did its last attempt end.  The sources, in order of trust for a task that is
 3. the element's log: the batch script's last line ``shardprep-task-exit: task=T status=S`` (non-zero S
    means failed); a log without that line means the attempt was killed (cancelled, time limit, node).
 
+Attempts come from the log too: the template starts each attempt with ``attempt N`` (``SLURM_RESTART_COUNT
++ 1``), and a task that hit its time limit once more than ``--max-requeues`` allows ends with
+``shardprep-task-gave-up: ...`` and counts as failed, with the advice to raise ``--time`` or use smaller tasks.
+
 Tasks that are neither done, queued nor failed are *missing*; ``submit --resume`` reruns all not-done
 tasks, so "missing" in the summary line is always every task without a valid sidecar.
 """
@@ -28,7 +32,10 @@ from shardprep.job.state import JobState, format_array_ranges
 from shardprep.shard.format import INDEX_FILE
 
 EXIT_LINE = re.compile(r"^shardprep-task-exit: task=(\d+) status=(\d+)\s*$")
+ATTEMPT_LINE = re.compile(r"^shardprep: task \d+ = array element \S+, attempt (\d+),")
 SUBMITIT_FAILED = "Submitted job triggered an exception"
+SUBMITIT_GAVE_UP = "timed-out too many times"
+LOG_READ_BYTES = 1 << 20
 RUNNING = {"RUNNING", "COMPLETING", "CONFIGURING", "STAGE_OUT", "SIGNALING", "RESIZING"}
 PENDING = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SUSPENDED", "RESV_DEL_HOLD", "SPECIAL_EXIT"}
 FAILED = {"FAILED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL", "DEADLINE", "PREEMPTED"}
@@ -41,6 +48,8 @@ class TaskView:
     state: str                    # done | running | pending | failed | missing
     detail: str = ""              # e.g. "exit 3", "CANCELLED", "no attempt recorded"
     attempt: TaskAttempt | None = None
+    attempts: int = 0             # attempts of the latest array element (requeues + 1), from its log
+    max_attempts: int | None = None   # --max-requeues + 1 of the submission that ran it
 
 
 @dataclass
@@ -56,25 +65,39 @@ class SlurmView:
         return sorted(t for t, v in self.tasks.items() if v.state == state)
 
 
-def exit_status_from_log(path: Path) -> int | None:
-    """The task's exit status from the batch script's last exit line, None if the attempt never ended."""
-    status = None
+@dataclass(frozen=True)
+class LogSummary:
+    """What a task's log says about its attempts (``--open-mode=append`` keeps every attempt in it)."""
+
+    status: int | None = None     # exit status of the last attempt; None while it runs, or when it was killed
+    attempts: int = 0             # attempts started
+    gave_up: bool = False         # stopped at the time limit once more than --max-requeues allows
+
+
+def read_task_log(path: Path) -> LogSummary:
+    """Exit status, attempts and the requeue cap from a task's log (sbatch template or submitit)."""
+    status, attempts, gave_up = None, 0, False
     try:
         with open(path, "rb") as f:
             f.seek(0, 2)
-            f.seek(max(0, f.tell() - 65536))
-            for raw in f.read().decode("utf-8", "replace").splitlines():
-                m = EXIT_LINE.match(raw)
-                if m:
-                    status = int(m.group(2))
-                elif SUBMITIT_FAILED in raw:
-                    status = 1
-                elif (raw.startswith("shardprep: task ") and " = array element " in raw) or \
-                        (raw.startswith("submitit INFO") and "Starting with JobEnvironment" in raw):
-                    status = None   # a later attempt (requeue, --open-mode=append) started
+            f.seek(max(0, f.tell() - LOG_READ_BYTES))
+            lines = f.read().decode("utf-8", "replace").splitlines()
     except FileNotFoundError:
-        return None
-    return status
+        return LogSummary()
+    for raw in lines:
+        m = EXIT_LINE.match(raw)
+        if m:
+            status = int(m.group(2))
+        elif SUBMITIT_FAILED in raw:
+            status = 1
+        elif raw.startswith("shardprep-task-gave-up:") or SUBMITIT_GAVE_UP in raw:
+            gave_up = True
+        else:
+            start = ATTEMPT_LINE.match(raw)
+            if start or (raw.startswith("submitit INFO") and "Starting with JobEnvironment" in raw):
+                status, gave_up = None, False       # a later attempt (requeue) started
+                attempts = int(start.group(1)) if start else attempts + 1
+    return LogSummary(status, attempts, gave_up)
 
 
 def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> list[str]:
@@ -121,31 +144,44 @@ def collect(output: Path, state: JobState) -> SlurmView | None:
         e = by_elem.get((str(fin["job_id"]), None))
         fin["state"] = e.state if e else _finalize_from_files(output, fin)
 
+    caps = {int(sub["seq"]): _max_attempts(sub) for sub in submissions}
     for t in range(state.n_tasks):
+        att = attempts.get(t)
         if t in state.done:
             view.tasks[t] = TaskView(t, "done")
-            continue
-        att = attempts.get(t)
-        if att is None:
+        elif att is None:
             view.tasks[t] = TaskView(t, "missing", "never submitted through Slurm")
-            continue
-        entry = by_elem.get(att.queue_key)
-        verdict = _classify(entry) if entry else None
-        status = exit_status_from_log(output / att.log) if not verdict or verdict[0] == "failed" else None
-        if verdict:
-            detail = verdict[1] + (f", exit {status}" if status else "")
-            view.tasks[t] = TaskView(t, verdict[0], detail, att)
-            continue
-        if status is not None and status != 0:
-            view.tasks[t] = TaskView(t, "failed", f"exit {status}", att)
-        elif entry is not None:
-            view.tasks[t] = TaskView(t, "missing", entry.state, att)
         else:
-            why = "ended without a shard" if status == 0 else (
-                "killed or cancelled" if (output / att.log).exists() else "no log: never started or cancelled")
-            view.tasks[t] = TaskView(t, "missing", why, att)
+            view.tasks[t] = _task_view(output, t, att, by_elem.get(att.queue_key), caps.get(att.seq))
     view.eta_s, view.eta_basis = estimate_eta(output, state, view)
     return view
+
+
+def _max_attempts(submission: dict) -> int | None:
+    """--max-requeues + 1 as recorded; None for submissions made before the cap existed (unlimited)."""
+    cap = (submission.get("options") or {}).get("max_requeues")
+    return None if cap is None else int(cap) + 1
+
+
+def _task_view(output: Path, t: int, att: TaskAttempt, entry: slurm_cmd.QueueEntry | None,
+               max_attempts: int | None) -> TaskView:
+    """A task that is not done: Slurm's word (squeue/sacct) when it has one, else its log's."""
+    log = read_task_log(output / att.log)
+    verdict = _classify(entry) if entry else None
+    seen = {"attempt": att, "attempts": log.attempts, "max_attempts": max_attempts}
+    if log.gave_up and (verdict is None or verdict[0] == "failed"):
+        return TaskView(t, "failed", f"reached its time limit on all {log.attempts} attempt(s): raise --time or "
+                                     "use smaller tasks (--target-task-bytes)", **seen)
+    if verdict:
+        failed_with = f", exit {log.status}" if verdict[0] == "failed" and log.status else ""
+        return TaskView(t, verdict[0], verdict[1] + failed_with, **seen)
+    if log.status:
+        return TaskView(t, "failed", f"exit {log.status}", **seen)
+    if entry is not None:
+        return TaskView(t, "missing", entry.state, **seen)
+    why = "ended without a shard" if log.status == 0 else (
+        "killed or cancelled" if (output / att.log).exists() else "no log: never started or cancelled")
+    return TaskView(t, "missing", why, **seen)
 
 
 def _finalize_from_files(output: Path, fin: dict) -> str:
@@ -198,16 +234,25 @@ def format_view(output: Path, view: SlurmView) -> list[str]:
     if view.finalize:
         lines.append(f"    finalize job {view.finalize['job_id']}: {view.finalize.get('state', '?')}"
                      + (f" ({view.finalize['dependency']})" if view.finalize.get("dependency") else ""))
+    retried = [v for v in view.tasks.values() if v.state != "done" and v.attempts > 1]
+    if retried:
+        shown = ", ".join(f"task {v.task} {_attempts_text(v)}" for v in sorted(retried, key=lambda v: v.task)[:10])
+        lines.append(f"    requeued: {shown}" + (f" (+{len(retried) - 10} more)" if len(retried) > 10 else ""))
     if view.eta_s is not None:
         lines.append(f"    ETA: ~{_duration(view.eta_s)} ({view.eta_basis})")
     for t in view.ids("failed"):
         v = view.tasks[t]
-        where = f"element {v.attempt.element}, log {v.attempt.log}" if v.attempt else ""
+        tries = f", {_attempts_text(v)}" if v.attempts > 1 else ""
+        where = f"element {v.attempt.element}{tries}, log {v.attempt.log}" if v.attempt else ""
         lines.append(f"    task {t} failed ({v.detail}; {where}); last lines:")
         lines += [f"      | {x}" for x in (log_tail(Path(output) / v.attempt.log) if v.attempt else [])]
     if any(view.ids(s) for s in ("failed", "missing")):
         lines.append(f"    rerun what is not done: shardprep submit --resume {output}")
     return lines
+
+
+def _attempts_text(v: TaskView) -> str:
+    return f"attempt {v.attempts}" + (f" of {v.max_attempts}" if v.max_attempts else "")
 
 
 def as_json(view: SlurmView) -> dict:
@@ -216,7 +261,8 @@ def as_json(view: SlurmView) -> dict:
         **{st: view.ids(st) for st in ("running", "pending", "failed", "missing")},
         "tasks": {str(t): {"state": v.state, "detail": v.detail,
                            "element": v.attempt.element if v.attempt else None,
-                           "log": v.attempt.log if v.attempt else None}
+                           "log": v.attempt.log if v.attempt else None,
+                           "attempts": v.attempts, "max_attempts": v.max_attempts}
                   for t, v in view.tasks.items() if v.state != "done"},
         "finalize": view.finalize, "eta_s": view.eta_s,
     }

@@ -9,7 +9,8 @@ on every array and ``--kill-on-invalid-dep=yes``.
 
 Pre-timeout: submitit sends its own signal (USR2, ``--signal-seconds`` before the limit) and, because the
 callable has a ``checkpoint`` method, requeues the element; the rerun skips finished shards and redoes
-only the unfinished one.  submitit logs go to ``OUTPUT/slurm/submitit/<array>_<index>_0_log.out``.
+only the unfinished one.  After ``--max-requeues`` such requeues submitit gives up ("timed-out too many
+times"), as the sbatch template does.  submitit logs go to ``OUTPUT/slurm/submitit/<array>_<index>_0_log.out``.
 """
 
 from __future__ import annotations
@@ -131,7 +132,9 @@ class SubmititExecutor:
     def _executor(self, output: Path) -> Any:
         submitit = require("submitit", feature="--executor submitit")
         try:
-            return submitit.AutoExecutor(folder=output / SUBMITIT_DIR, cluster="slurm")
+            # submitit counts the pre-timeout requeues itself and gives up after this many
+            return submitit.AutoExecutor(folder=output / SUBMITIT_DIR, cluster="slurm",
+                                         slurm_max_num_timeout=self.options.max_requeues)
         except RuntimeError as e:
             raise EnvironmentProblem(f"submitit cannot use Slurm here: {e}",
                                      hint="run on a Slurm login node, or use --executor local") from None
@@ -198,7 +201,8 @@ class SubmititExecutor:
                  f"from {source}), throttle {plan.throttle or 'none'}"
                  + (", chained with afterany" if plan.throttle_mode == "chained" else "")]
         lines += [f"#   array {a.number}: tasks {format_array_ranges(list(a.task_ids))}" for a in plan.arrays]
-        lines += [f"#   parameters: {params}"]
+        lines += [f"#   parameters: {params}",
+                  f"#   requeues after the pre-timeout signal: at most {self.options.max_requeues} (slurm_max_num_timeout)"]
         if plan.finalize:
             lines.append("#   finalize: afterok on every array, --kill-on-invalid-dep=yes")
         return "\n".join(lines)

@@ -34,12 +34,15 @@ def read_record(path: Path, parse: Callable[[bytes, Path], T], *, hint: str) -> 
     return parse(data, path)
 
 
-def load_json(data: bytes, where: str) -> "Fields":
-    """Parse a whole record file; a clear error when it is not a JSON object."""
+def load_json(data: bytes, where: str, what: str) -> "Fields":
+    """Parse a whole record file (``what``: "sidecar", "index"...); a clear error when it is torn or not
+    a JSON object."""
     try:
         obj = orjson.loads(data)
     except orjson.JSONDecodeError as e:
-        raise RecordError(f"{where}: not valid JSON ({e})") from None
+        raise RecordError(f"{where}: not valid JSON ({e}): torn, or not written by shardprep") from None
+    if not isinstance(obj, dict):
+        raise RecordError(f"{where}: not a shardprep {what} (a JSON {type(obj).__name__}, not an object)")
     return Fields(obj, where)
 
 
@@ -69,7 +72,7 @@ class Fields:
     # -- scalars ------------------------------------------------------------------------------------
     def version(self, key: str, supported: int, *, hint: str) -> int:
         """The record's format version, checked before anything else (another version may differ in shape)."""
-        v = self.raw(key)
+        v = self.obj.get(key)
         if v != supported:
             raise RecordError(f"{self.where}: {key} {v!r} is not supported (this shardprep reads version "
                               f"{supported})", hint=hint)

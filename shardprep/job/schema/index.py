@@ -88,7 +88,7 @@ class Index:
 
     @classmethod
     def parse(cls, data: bytes, where: str | Path) -> "Index":
-        f = load_json(data, str(where))
+        f = load_json(data, str(where), "index")
         version = f.version("format_version", FORMAT_VERSION, hint="use the shardprep release that wrote it")
         shards = tuple(record(IndexShard, o) for o in f.objects("shards"))
         if not shards:

@@ -199,7 +199,7 @@ class Job:
 
     @classmethod
     def parse(cls, data: bytes, where: str | Path) -> "Job":
-        f = load_json(data, str(where))
+        f = load_json(data, str(where), "job plan")
         version = f.version("format_version", PLAN_FORMAT_VERSION, hint=_OLD_PLAN_HINT)
         p = f.obj_at("plan")
         p.str("records", choices=(PLAN_RECORDS_FILE,))

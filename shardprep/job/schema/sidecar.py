@@ -150,6 +150,7 @@ class Sidecar:
     chunks: ChunkTable
     skipped: dict[str, int] = field(default_factory=dict)
     skipped_examples: tuple[dict[str, Any], ...] = ()      # informational: reason, file, line, byte, detail
+    warnings: tuple[str, ...] = ()     # inputs that look binary or mis-encoded (inputs.health); written when any
     inputs: tuple[SidecarInput, ...] = ()
     backend: dict[str, Any] = field(default_factory=dict)  # informational: name, version, requested, check
     stats: dict[str, Any] = field(default_factory=dict)    # informational: elapsed_s, tokens_per_s, ...
@@ -176,6 +177,7 @@ class Sidecar:
             "bytes": self.bytes, "sha256": self.sha256, "samples": self.samples, "documents": self.documents,
             "tokens": self.tokens, "chunks": self.chunks.to_dict(), "skipped": self.skipped,
             "skipped_examples": list(self.skipped_examples),
+            **({"warnings": list(self.warnings)} if self.warnings else {}),
             "inputs": [{"path": i.path, "start": i.start, "end": i.end, "unit": i.unit, "first_line": i.first_line}
                        for i in self.inputs],
             "backend": self.backend, "stats": self.stats,
@@ -183,7 +185,7 @@ class Sidecar:
 
     @classmethod
     def parse(cls, data: bytes, where: str | Path) -> "Sidecar":
-        f = load_json(data, str(where))
+        f = load_json(data, str(where), "sidecar")
         table = ChunkTable.parse(f.obj_at("chunks"))
         sidecar = cls(
             format_version=f.int("format_version"), created_by=f.str("created_by"), task=f.int("task", minimum=0),
@@ -193,6 +195,7 @@ class Sidecar:
             samples=f.int("samples", minimum=0), documents=f.int("documents", minimum=0),
             tokens=f.int("tokens", minimum=0), chunks=table, skipped=f.counts("skipped"),
             skipped_examples=tuple(o.obj for o in f.objects("skipped_examples")),
+            warnings=f.strs("warnings") if f.has("warnings") else (),
             inputs=tuple(_sidecar_input(o) for o in f.objects("inputs")),
             backend=f.dict("backend"), stats=f.dict("stats"),
         )

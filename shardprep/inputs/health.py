@@ -1,0 +1,60 @@
+"""Per-input signs that a file is not the text it claims to be.
+
+Why: the bad-input policy skips what it cannot use, one line at a time, and that is right for a few bad
+lines in a large corpus.  But a binary file named ``.txt`` (or UTF-16 text, or jsonl read with the wrong
+``--text-field``) passes the same way: hundreds of "documents" of control bytes, most lines skipped, exit
+0.  So once an input's planned range is read, the reader compares what it skipped with what it kept and
+counts NUL bytes (never in UTF-8 text; every other byte in UTF-16), and warns naming the file.
+
+The warning goes to the task log (the Slurm task's output too), into the shard's sidecar as a
+``warnings`` list (only when there is one: sidecars of normal inputs are unchanged), to a local
+``submit``'s stderr, and into ``doctor``'s input check.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Iterator
+
+if TYPE_CHECKING:
+    from shardprep.inputs.discover import InputFile
+    from shardprep.inputs.readers import SkipLog, WorkItem
+
+log = logging.getLogger(__name__)
+
+# Skips that say the content is not what was expected (empty lines are normal between paragraphs).
+TELLING = ("invalid_utf8", "malformed_json", "missing_field", "too_long")
+SKIPPED_FRACTION = 0.2       # warn when at least this share of an input's lines was skipped ...
+MIN_SKIPPED = 10             # ... and at least this many (a 3-line file with one bad line is no pattern)
+
+
+def suspicion(documents: int, skipped: dict[str, int], nul_bytes: int) -> str | None:
+    """Why an input read as ``documents`` kept and ``skipped`` (telling reasons) looks wrong, or None."""
+    reasons = []
+    total_skipped = sum(skipped.values())
+    lines = documents + total_skipped
+    if total_skipped >= MIN_SKIPPED and total_skipped >= SKIPPED_FRACTION * lines:
+        detail = ", ".join(f"{k} {v:,}" for k, v in skipped.items() if v)
+        reasons.append(f"{100 * total_skipped / lines:.0f}% of its {lines:,} lines were skipped ({detail})")
+    if nul_bytes:
+        reasons.append(f"it holds {nul_bytes:,} NUL byte(s), which UTF-8 text never has (binary? UTF-16?)")
+    return "; ".join(reasons) or None
+
+
+def watch(inp: "InputFile", item: "WorkItem", docs: Iterator[str], skips: "SkipLog") -> Iterator[str]:
+    """Pass ``docs`` through; once they are exhausted, warn (log and ``skips.warnings``) if the item looks
+    suspicious.  Counts only this item's share of ``skips``."""
+    before = {r: skips.counts[r] for r in TELLING}
+    nul_before = skips.nul_bytes
+    kept = 0
+    for doc in docs:
+        kept += 1
+        yield doc
+    why = suspicion(kept, {r: skips.counts[r] - before[r] for r in TELLING}, skips.nul_bytes - nul_before)
+    if why:
+        total = (inp.rows if inp.tabular else inp.size) or 0
+        whole = item.start == 0 and (item.end is None or item.end >= total)
+        where = inp.path if whole else f"{inp.path} [{item.start}:{item.end}]"
+        message = f"input {where} looks binary or mis-encoded: {why}"
+        log.warning("%s", message)
+        skips.warnings.append(message)

@@ -1,0 +1,249 @@
+"""Stages that let a stock ``webdataset`` pipeline read shardprep shards (docs/loader.md, "webdataset").
+
+    import webdataset as wds
+    import shardprep.wds as spw
+
+    urls = spw.shard_urls("/fsx/shards")                     # from index.json, in index order
+    ds = wds.WebDataset(urls, nodesplitter=wds.split_by_node, workersplitter=wds.split_by_worker,
+                        shardshuffle=False).compose(spw.decode(), spw.pack(2048, batch_size=8))
+    loader = wds.WebLoader(ds, batch_size=None, num_workers=4)
+
+``decode()`` turns the tar members of a sample (raw little-endian ids ``tokens.u16|u32`` and, in the pack
+layout, ``doclens.u16|u32``; docs/format.md) into numpy arrays; ``pack(seq_len)`` concatenates the samples it
+receives and cuts rows exactly as ``ShardDataset(mode="pack")`` does, with the loader's own code
+(``loader.batches.pack_arrays`` / ``to_tensors``), so one rank with one worker and ``shardshuffle=False``
+yields the same tensors as ``ShardDataset(..., shuffle=False)``.  What webdataset itself cannot give
+(equal steps per rank, splits below a shard, exact resume) is ``ShardDataset``'s job; docs/loader.md
+compares the two.
+
+Stages are small picklable classes (DataLoader workers may be spawned).  Nothing here imports webdataset
+except ``webdataset_pipeline``, which needs the ``shardprep[wds]`` extra.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from types import SimpleNamespace
+from typing import Any, Iterable, Iterator
+
+import numpy as np
+
+from shardprep.errors import ConfigError, InputDataError
+from shardprep.shard.format import DTYPE_FOR_EXT, DTYPES
+
+_SHARD_NAME = re.compile(r"shard-\d{5,}\.tar")
+_ONE_CHUNK = SimpleNamespace(doc_start=np.zeros(1, dtype=np.int64))   # every window piece is one chunk
+
+
+def shard_urls(root: str, *, endpoint_url: str | None = None) -> list[str]:
+    """The shard URLs of a finalized output, in index order, for ``wds.WebDataset``.
+
+    Local (or Lustre) outputs give paths.  webdataset cannot open ``s3://`` itself, so S3 outputs give its
+    ``pipe:`` form streaming through the aws CLI (``--endpoint-url`` when given).  index.json is checked
+    as the loader checks it (every listed shard present with its size).
+    """
+    from shardprep.loader.index import load_index
+    from shardprep.loader.sources import is_s3
+
+    from shardprep.loader.sources import StorageOptions
+
+    index = load_index(str(root), storage=StorageOptions.build(endpoint_url=endpoint_url))
+    urls = [index.location(s.name) for s in index.shards]
+    if not is_s3(str(root)):
+        return urls
+    endpoint = f" --endpoint-url {shlex.quote(endpoint_url)}" if endpoint_url else ""
+    return [f"pipe:aws s3 cp --only-show-errors{endpoint} {shlex.quote(u)} -" for u in urls]
+
+
+def _array(sample: dict, field: str, dtype_ext: str) -> np.ndarray:
+    data = sample[f"{field}.{dtype_ext}"]
+    dt = np.dtype(DTYPES[DTYPE_FOR_EXT[dtype_ext]])
+    if len(data) % dt.itemsize:
+        raise InputDataError(f"{sample.get('__url__')}: sample {sample.get('__key__')}: {field}.{dtype_ext} has "
+                             f"{len(data)} bytes, not a multiple of {dt.itemsize}")
+    return np.frombuffer(data, dtype=dt)
+
+
+def _member_ext(sample: dict, field: str) -> str | None:
+    return next((ext for ext in DTYPE_FOR_EXT if f"{field}.{ext}" in sample), None)
+
+
+class decode:
+    """Stage: raw shard samples -> ``{"__key__", "__url__", "tokens", "doclens"[, "doc_start"]}``.
+
+    ``tokens`` keeps the shard dtype; ``doclens`` (int64) is one length per document (a doc-layout sample
+    is one document).  With ``index`` (the output's root), ``doc_start`` is the global number of the
+    sample's first document, the loader's ``doc_ids`` numbering; ``pack(doc_info=True)`` needs it.
+    """
+
+    def __init__(self, index: str | None = None, *, endpoint_url: str | None = None):
+        self.root, self.endpoint_url = (None if index is None else str(index)), endpoint_url
+        self._index: Any = None
+        self._positions: dict[str, int] = {}
+        self._firsts: dict[int, dict[str, int]] = {}
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_index": None, "_firsts": {}}   # workers reload what they touch
+
+    def __call__(self, samples: Iterable[dict]) -> Iterator[dict]:
+        for sample in samples:
+            yield self.decode_one(sample)
+
+    def decode_one(self, sample: dict) -> dict:
+        key, url = sample.get("__key__"), sample.get("__url__")
+        ext = _member_ext(sample, "tokens")
+        if ext is None:
+            raise InputDataError(f"{url}: sample {key} has no tokens.u16/tokens.u32 member (members: "
+                                 f"{sorted(k for k in sample if not k.startswith('__'))}): not a shardprep shard")
+        tokens = _array(sample, "tokens", ext)
+        lens_ext = _member_ext(sample, "doclens")
+        lens = (_array(sample, "doclens", lens_ext).astype(np.int64) if lens_ext
+                else np.array([tokens.size], dtype=np.int64))
+        if int(lens.sum()) != tokens.size:
+            raise InputDataError(f"{url}: sample {key}: document lengths sum to {int(lens.sum())} for "
+                                 f"{tokens.size} tokens", hint="run `shardprep verify` on the output")
+        out = {"__key__": key, "__url__": url, "tokens": tokens, "doclens": lens}
+        if self.root is not None:
+            out["doc_start"] = self._doc_start(str(url), str(key))
+        return out
+
+    def _doc_start(self, url: str, key: str) -> int:
+        from shardprep.loader.index import load_index
+        from shardprep.loader.sources import StorageOptions
+
+        if self._index is None:
+            self._index = load_index(self.root, storage=StorageOptions.build(endpoint_url=self.endpoint_url))
+            self._positions = {s.name: i for i, s in enumerate(self._index.shards)}
+        names = _SHARD_NAME.findall(url)
+        shard = self._positions.get(names[-1]) if names else None
+        if shard is None:
+            raise InputDataError(f"{url}: not a shard listed in {self.root}/index.json")
+        firsts = self._firsts.get(shard)
+        if firsts is None:
+            table = self._index.chunk_table(shard)
+            firsts = self._firsts[shard] = dict(zip(table.key, table.doc_start.tolist()))
+        if key not in firsts:
+            raise InputDataError(f"{url}: sample {key} is not in its sidecar's chunk table")
+        return int(self._index.shard_doc_start[shard]) + firsts[key]
+
+
+class _Window:
+    """Decoded samples not yet packed, shown to ``pack_arrays`` as the (stream, reader) pair it reads.
+
+    Every buffered piece is one "shard" holding one chunk, in arrival order and unshuffled, so the
+    loader's packing code runs unchanged.  Only the head piece is ever cut (after rows were taken from it);
+    its first boundary then falls on a row start, where position ids restart anyway.
+    """
+
+    def __init__(self) -> None:
+        self.chunks: list = []
+        self.doc_base: list[int] = []
+        self.tokens = 0
+
+    def add(self, tokens: np.ndarray, doclens: np.ndarray, doc_start: int) -> None:
+        from shardprep.loader.reader import DecodedChunk
+
+        if tokens.size == 0:
+            return
+        starts = np.zeros(len(doclens) + 1, dtype=np.int64)
+        np.cumsum(doclens, out=starts[1:])
+        self.chunks.append(DecodedChunk(tokens, starts, np.arange(len(doclens), dtype=np.int64), packed=True))
+        self.doc_base.append(doc_start)
+        self.tokens += tokens.size
+
+    def stream(self):
+        from shardprep.loader.order import EpochStream
+
+        sizes = np.array([c.tokens.size for c in self.chunks], dtype=np.int64)
+        return EpochStream(sizes, lambda s: sizes[s:s + 1], seed=0, epoch=0, shuffle=False)
+
+    def chunk(self, shard: int, chunk: int):
+        return self.chunks[shard]
+
+    def table(self, shard: int) -> SimpleNamespace:
+        return _ONE_CHUNK
+
+    def drop(self, n: int) -> None:
+        """Forget the first ``n`` tokens (rows already yielded)."""
+        from shardprep.loader.reader import DecodedChunk
+
+        self.tokens -= n
+        while n:
+            head = self.chunks[0]
+            if head.tokens.size <= n:
+                n -= head.tokens.size
+                del self.chunks[0], self.doc_base[0]
+                continue
+            first = int(np.searchsorted(head.starts, n, side="right")) - 1     # document holding token n
+            rest = head.starts[head.starts > n] - n
+            starts = np.concatenate([[0], rest]).astype(np.int64)
+            self.chunks[0] = DecodedChunk(head.tokens[n:], starts, np.arange(len(rest), dtype=np.int64), True)
+            self.doc_base[0] += first
+            n = 0
+
+
+class pack:
+    """Stage: decoded samples -> pack rows (``batch_size=None``) or batches of rows, as the loader's pack mode.
+
+    Rows are ``seq_len`` consecutive tokens of the concatenated samples in arrival order: ``input_ids`` and
+    ``labels`` (``LongTensor[seq_len]``, or ``[batch_size, seq_len]``), ``position_ids`` with
+    ``position_ids=True``, ``cu_seqlens`` / ``doc_ids`` / ``unit_ids`` with ``doc_info=True`` (needs
+    ``decode(index=...)``; ``unit_ids`` count this stage's rows).  What does not fill a last row (batch)
+    is dropped, as the loader drops its tail; each DataLoader worker has its own tail.
+    """
+
+    def __init__(self, seq_len: int, *, batch_size: int | None = None, position_ids: bool = False,
+                 doc_info: bool = False):
+        if int(seq_len) < 1:
+            raise ConfigError(f"seq_len={seq_len!r} is invalid: must be >= 1")
+        if batch_size is not None and int(batch_size) < 1:
+            raise ConfigError(f"batch_size={batch_size!r} is invalid: must be >= 1 or None (single rows)")
+        from shardprep.loader.batches import Extras
+
+        self.seq_len, self.batch_size = int(seq_len), None if batch_size is None else int(batch_size)
+        self.extras = Extras(position_ids=position_ids, doc_info=doc_info)
+
+    def __call__(self, samples: Iterable[dict]) -> Iterator[dict]:
+        from shardprep.loader.batches import pack_arrays, to_tensors
+
+        rows = self.batch_size or 1
+        need = rows * self.seq_len
+        window, emitted = _Window(), 0
+        for sample in samples:
+            if self.extras.doc_info and "doc_start" not in sample:
+                raise ConfigError("pack(doc_info=True) needs global document numbers: use decode(index=ROOT)")
+            window.add(sample["tokens"], sample["doclens"], int(sample.get("doc_start", 0)))
+            if window.tokens < need:
+                continue
+            stream, doc_base = window.stream(), np.array(window.doc_base, dtype=np.int64)
+            ready = window.tokens // need
+            for j in range(ready):
+                units = np.arange(j * rows, (j + 1) * rows, dtype=np.int64)
+                arrays = pack_arrays(stream, window, units, self.seq_len, self.extras, doc_base,
+                                     sample["tokens"].dtype)
+                if self.extras.doc_info:
+                    arrays["unit_ids"] = units + emitted
+                yield to_tensors(arrays, mode="pack", unbatched=self.batch_size is None)
+            window.drop(ready * need)
+            emitted += ready * rows
+
+
+def webdataset_pipeline(root: str, seq_len: int, *, batch_size: int | None = None, shardshuffle: int | bool = False,
+                        seed: int | None = None, position_ids: bool = False, doc_info: bool = False,
+                        endpoint_url: str | None = None, **webdataset_kwargs: Any):
+    """The stock recipe in one call: ``wds.WebDataset(shard_urls(root), nodesplitter=split_by_node,
+    workersplitter=split_by_worker, shardshuffle=...)`` composed with ``decode`` and ``pack``.
+
+    Extra keyword arguments go to ``wds.WebDataset`` (e.g. ``empty_check``, ``detshuffle``).  Iterate it
+    through ``wds.WebLoader(ds, batch_size=None, num_workers=...)``; see docs/loader.md for its limits.
+    """
+    from shardprep._extras import require
+
+    wds = require("webdataset", feature="shardprep.wds.webdataset_pipeline")
+    ds = wds.WebDataset(shard_urls(root, endpoint_url=endpoint_url), nodesplitter=wds.split_by_node,
+                        workersplitter=wds.split_by_worker, shardshuffle=shardshuffle, seed=seed,
+                        **webdataset_kwargs)
+    index = str(root) if doc_info else None
+    return ds.compose(decode(index, endpoint_url=endpoint_url),
+                      pack(seq_len, batch_size=batch_size, position_ids=position_ids, doc_info=doc_info))

@@ -1,0 +1,52 @@
+"""A full output file system (issue 13 item 8): the temporary shard is removed (the disk is not left at
+100%) and the error is one line naming the file and the space left, exit 8, from `submit` and `run-task`
+alike.  Runs on a real 2 MiB tmpfs; skipped where this process cannot mount one."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from helpers import run_cli
+
+from shardprep.demo_data import sample_documents
+from shardprep.errors import EXIT_ENVIRONMENT
+
+SIZE = 2 << 20
+
+
+@pytest.fixture
+def small_fs(tmp_path) -> Path:
+    d = tmp_path / "small"
+    d.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={SIZE}", "tmpfs", str(d)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+    yield d
+    subprocess.run(["umount", "-l", str(d)], check=False)
+
+
+def _free(path: Path) -> int:
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def test_disk_full_removes_the_temporary_and_names_file_and_space(tmp_path, small_fs, sample_tokenizer):
+    text = tmp_path / "big.txt"
+    text.write_text("\n".join(sample_documents(4000, seed=3) * 8) + "\n")   # a shard of ~4 MB
+    out = small_fs / "out"
+    proc = run_cli("submit", "-i", text, "-o", out, "-t", sample_tokenizer, "--backend", "hf", "--no-progress",
+                   check=EXIT_ENVIRONMENT)
+    assert f"no space left on device writing {out / 'shard-00000.tar'} (" in proc.stderr
+    assert "bytes free of" in proc.stderr and "the temporary file was removed" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not list(out.glob(".*.tmp")) and not (out / "shard-00000.tar").exists()
+    assert _free(small_fs) > SIZE // 2                   # the space is given back
+
+    proc = run_cli("run-task", out, "--task-id", "0", check=EXIT_ENVIRONMENT)   # as a Slurm task runs it
+    assert f"no space left on device writing {out / 'shard-00000.tar'}" in proc.stderr
+    assert not list(out.glob(".*.tmp"))
