@@ -67,7 +67,8 @@ def test_streamed_fingerprint_is_the_whole_body_hash(specs, target, add_bos, bac
 
     import orjson
 
-    from shardprep.job.plan import Fingerprint, Plan
+    from shardprep.job.fingerprint import Fingerprint
+    from shardprep.job.plan import Plan
     from shardprep.tokenizer.load import ResolvedTokenizer, TokenizerInfo
 
     inputs = [InputFile(f"/data/d{k % 3}/f{k:03d}.{fmt}" + (f".{comp}" if comp else ""), size, mtime, fmt,

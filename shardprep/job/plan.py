@@ -13,18 +13,15 @@ holds the discovered inputs and 24 bytes per task, never the task list itself.
 from __future__ import annotations
 
 import contextlib
-import functools
-import hashlib
 import itertools
 import logging
 import math
-import operator
 import os
 import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
 import orjson
 
@@ -33,14 +30,15 @@ from shardprep.errors import InputDataError, PlanConflictError, RecordError
 from shardprep.storage.atomic import atomic_writer, fsync_dir, temp_name_for, write_json_atomic
 from shardprep.inputs.discover import InputFile
 from shardprep.inputs.readers import WorkItem
+from shardprep.job.fingerprint import BATCH, Fingerprint
 from shardprep.job.plan_files import TaskTable, TaskTableWriter
 from shardprep.job.schema import Job, PlanFiles, PlanSummary, TaskItem
-from shardprep.shard.format import (FORMAT_VERSION, INDEX_FILE, JOB_FILE, PLAN_DIR, PLAN_RECORDS_FILE,
+from shardprep.shard.format import (INDEX_FILE, JOB_FILE, PLAN_DIR, PLAN_RECORDS_FILE,
                                     PLAN_TABLE_FILE, TOKENIZER_FILE)
 from shardprep.tokenizer.load import ResolvedTokenizer
 
 log = logging.getLogger(__name__)
-_BATCH = 4096    # inputs or tasks serialised per orjson call while planning
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -53,63 +51,6 @@ class Plan:
 
     def iter_tasks(self) -> Iterator[list[WorkItem]]:
         return iter_tasks(self.inputs, self.plan_options, self.options)
-
-
-def _canonical(obj: object) -> bytes:
-    return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
-
-
-@functools.cache
-def _sorted_fields(cls: type) -> tuple[tuple[str, ...], Callable[[object], tuple]]:
-    names = tuple(sorted(cls.__dataclass_fields__))  # type: ignore[attr-defined]
-    return names, operator.attrgetter(*names)
-
-
-def _sorted_dict(obj: object) -> dict:
-    """A flat dataclass as a dict with sorted keys: what ``asdict`` + ``OPT_SORT_KEYS`` serialise to, without
-    ``asdict``'s deep copy (planning a million inputs calls this two million times)."""
-    names, values = _sorted_fields(type(obj))
-    return dict(zip(names, values(obj)))
-
-
-def _json_items(objs: list) -> bytes:
-    """``a,b,c``: the elements of a JSON list, one C call for the whole batch."""
-    return orjson.dumps(objs)[1:-1]
-
-
-class Fingerprint:
-    """sha256 of the canonical plan body, fed a batch of tasks at a time.
-
-    The value is what the whole body hashed to when job.json held it (orjson, sorted keys, compact):
-    ``{"format_version":1,"inputs":[...],"options":{...},"tasks":[[...],...],"tokenizer":{...}}``, the
-    tokenizer without its ``source``, the options without ``backend``.  Same inputs, options and
-    tokenizer, same fingerprint: finished shards of an earlier identical plan stay finished.
-    """
-
-    def __init__(self, plan: Plan) -> None:
-        self._h = hashlib.sha256(b'{"format_version":' + _canonical(FORMAT_VERSION) + b',"inputs":[')
-        inputs, paths = hashlib.sha256(), hashlib.sha256()
-        for k in range(0, len(plan.inputs), _BATCH):
-            chunk = plan.inputs[k:k + _BATCH]
-            piece = (b"," if k else b"") + _json_items([_sorted_dict(i) for i in chunk])
-            self._h.update(piece)
-            inputs.update(piece)
-            paths.update("".join(i.path + "\n" for i in chunk).encode("utf-8", "surrogateescape"))
-        self.inputs_sha256, self.paths_sha256 = inputs.hexdigest(), paths.hexdigest()
-        self._h.update(b'],"options":' + _canonical(plan.options.content_dict()) + b',"tasks":[')
-        tokenizer = {k: v for k, v in _sorted_dict(plan.tokenizer.info).items() if k != "source"}
-        self._tail = b'],"tokenizer":' + _canonical(tokenizer) + b"}"
-        self._sep = b""
-
-    def add(self, tasks: list[list[WorkItem]]) -> None:
-        if tasks:
-            self._h.update(self._sep + _json_items([[_sorted_dict(w) for w in t] for t in tasks]))
-            self._sep = b","
-
-    def hexdigest(self) -> str:
-        h = self._h.copy()
-        h.update(self._tail)
-        return h.hexdigest()
 
 
 # -- splitting ------------------------------------------------------------------------------------------
@@ -235,7 +176,7 @@ def _write_records(plan: Plan, staging: Path, lustre: dict | None) -> Job:
     inputs = plan.inputs
     try:
         tasks = plan.iter_tasks()
-        while batch := list(itertools.islice(tasks, _BATCH)):
+        while batch := list(itertools.islice(tasks, BATCH)):
             fingerprint.add(batch)
             for items in batch:
                 writer.add([TaskItem(inputs[w.input], w) for w in items])
