@@ -84,9 +84,9 @@ def task(output: str, threads: int = 1) -> dict:
     with _Clock() as c:
         result = run_task(Path(output), 0, threads=threads)
     sc = result.sidecar
-    itemsize = 2 if sc["dtype"] == "uint16" else 4
-    return {"tokens": sc["tokens"], "cpu_s": c.cpu_s, "wall_s": c.wall_s, "output_bytes": sc["bytes"],
-            "payload_bytes": sc["tokens"] * itemsize, "backend": sc["backend"], "sidecar_stats": sc["stats"]}
+    itemsize = 2 if sc.dtype == "uint16" else 4
+    return {"tokens": sc.tokens, "cpu_s": c.cpu_s, "wall_s": c.wall_s, "output_bytes": sc.bytes,
+            "payload_bytes": sc.tokens * itemsize, "backend": sc.backend, "sidecar_stats": sc.stats}
 
 
 def naive(corpus: str, tokenizer: str, output: str) -> dict:

@@ -101,7 +101,7 @@ def train(args: argparse.Namespace) -> None:
     ds = ShardDataset(args.data, mode=args.mode, seq_len=args.seq_len, seed=args.seed, return_doc_info=True)
     loader = make_dataloader(ds, batch_size=args.batch_size, num_workers=args.num_workers,
                              pin_memory=device.type == "cuda")
-    vocab = int(ds.index.tokenizer.get("vocab_size") or 65536)
+    vocab = ds.index.tokenizer.vocab_size if ds.index.tokenizer else 65536
     model = torch.nn.parallel.DistributedDataParallel(TinyLM(vocab).to(device),
                                                       device_ids=[device.index] if device.type == "cuda" else None)
     optim = torch.optim.AdamW(model.parameters(), lr=1e-3)

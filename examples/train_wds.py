@@ -78,7 +78,8 @@ def main() -> None:
     dataset = wds.WebDataset(spw.shard_urls(args.data), nodesplitter=wds.split_by_node,
                              workersplitter=wds.split_by_worker, shardshuffle=args.shardshuffle or False)
     loader = wds.WebLoader(dataset.compose(*stages), batch_size=None, num_workers=args.num_workers)
-    vocab = int(load_index(args.data).tokenizer.get("vocab_size") or 65536)
+    tokenizer = load_index(args.data).tokenizer
+    vocab = tokenizer.vocab_size if tokenizer is not None else 65536
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Sequential(torch.nn.Embedding(vocab, 32),
                                                                           torch.nn.Linear(32, vocab)))
     optim = torch.optim.AdamW(model.parameters(), lr=1e-3)

@@ -15,6 +15,7 @@ from typing import Any, Sequence
 from shardprep.job.options import PlanOptions, TokenizeOptions
 from shardprep.inputs.discover import discover_inputs
 from shardprep.job.plan import Plan, make_plan, require_documents_possible, write_plan
+from shardprep.job.schema import Job
 from shardprep.storage.lock import is_unused_dir, output_lock
 from shardprep.tokenizer.load import resolve_tokenizer
 
@@ -23,12 +24,12 @@ log = logging.getLogger(__name__)
 
 def plan_job(inputs: Sequence[str | Path], output: str | Path, tokenizer: str | Path,
              options: TokenizeOptions | None = None, plan_options: PlanOptions | None = None, *,
-             overwrite: bool = False, prepare_dir=None) -> tuple[Plan, dict]:
+             overwrite: bool = False, prepare_dir=None) -> tuple[Plan, Job]:
     """Discover inputs, resolve the tokenizer, split into tasks and freeze job.json in ``output``.
 
     ``prepare_dir(output) -> dict | None`` runs before job.json is written (Lustre striping must be set
-    on the empty directory before the first file); what it returns is recorded as ``job["lustre"]``.
-    Returns the plan and the job dict as written (or as already present, when identical).
+    on the empty directory before the first file); what it returns is recorded as ``job.lustre``.
+    Returns the plan and the job as written (or as already present, when identical).
     Holds the output directory's lock throughout (``storage.lock``: one writer per directory); an output
     path that is a file or cannot be written is a one-line error before any input is read.
     """
@@ -37,7 +38,7 @@ def plan_job(inputs: Sequence[str | Path], output: str | Path, tokenizer: str | 
 
 
 def _plan_job(inputs: Sequence[str | Path], output: Path, tokenizer: str | Path, options: TokenizeOptions | None,
-              plan_options: PlanOptions | None, overwrite: bool, prepare_dir) -> tuple[Plan, dict]:
+              plan_options: PlanOptions | None, overwrite: bool, prepare_dir) -> tuple[Plan, Job]:
     options = options or TokenizeOptions()
     plan_options = plan_options or PlanOptions()
     found = discover_inputs([str(i) for i in inputs], strict=options.strict)
@@ -53,14 +54,12 @@ def _plan_job(inputs: Sequence[str | Path], output: Path, tokenizer: str | Path,
 
         raise TokenizerError(f"tokenizer {tokenizer} has no BOS token", hint="name one with --bos-token")
     plan = make_plan(found, resolved, options, plan_options)
-    extra: dict[str, Any] = {}
+    lustre: dict[str, Any] | None = None
     if prepare_dir is not None:
         if is_unused_dir(output):      # new: only the lock file in it
             lustre = prepare_dir(output)
-            if lustre is not None:
-                extra["lustre"] = lustre
-    job = write_plan(output, plan, overwrite=overwrite, extra=extra)
-    log.info("planned %d input(s) into %d task(s) in %s", len(found), len(plan.tasks), output)
+    job = write_plan(output, plan, overwrite=overwrite, lustre=lustre)
+    log.info("planned %d input(s) into %d task(s) in %s", len(found), job.n_tasks, output)
     return plan, job
 
 

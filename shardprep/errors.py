@@ -47,6 +47,11 @@ class InputDataError(ShardprepError):
     exit_code = EXIT_INPUT
 
 
+class RecordError(InputDataError):
+    """An on-disk record (job.json, the plan's task records, a sidecar, index.json) is unreadable or
+    malformed; the message names the file and the field."""
+
+
 class PlanConflictError(ShardprepError):
     """The output directory already holds a different frozen plan."""
 

@@ -122,7 +122,7 @@ class decode:
         firsts = self._firsts.get(shard)
         if firsts is None:
             table = self._index.chunk_table(shard)
-            firsts = self._firsts[shard] = dict(zip(table.keys, table.doc_start.tolist()))
+            firsts = self._firsts[shard] = dict(zip(table.key, table.doc_start.tolist()))
         if key not in firsts:
             raise InputDataError(f"{url}: sample {key} is not in its sidecar's chunk table")
         return int(self._index.shard_doc_start[shard]) + firsts[key]

@@ -7,7 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import orjson
 
 
 def run_cli(*args: str | os.PathLike, check: bool | int = True, env: dict | None = None,
@@ -61,14 +60,29 @@ def planned_with_slurm_record(tmp_path: Path, tokenizer: Path, options: dict, jo
 
 def shard_documents(output: Path) -> list[list[int]]:
     """Every document of a finalized output, in index order, read through the sidecars' chunk tables."""
+    from shardprep.loader.index import read_index
+    from shardprep.job.schema import Sidecar
     from shardprep.shard.reader import iter_shard_documents
 
-    index = orjson.loads((output / "index.json").read_bytes())
     docs: list[list[int]] = []
-    for entry in index["shards"]:
-        sidecar = orjson.loads((output / entry["sidecar"]).read_bytes())
-        docs.extend(d.tolist() for d in iter_shard_documents(output / entry["name"], sidecar))
+    for entry in read_index(output).shards:
+        sidecar = Sidecar.parse((output / entry.sidecar).read_bytes(), output / entry.sidecar)
+        docs.extend(d.tolist() for d in iter_shard_documents(output / entry.name, sidecar))
     return docs
+
+
+def plan_tasks(output: Path):
+    """The frozen plan's tasks (``job.schema.Task``), read through the task table like a task reads them."""
+    from shardprep.job.plan_files import TaskTable
+    from shardprep.job.state import load_job
+
+    with TaskTable(output, load_job(output)) as table:
+        return list(table)
+
+
+def plan_inputs(output: Path):
+    """The plan's distinct inputs (``InputFile``) in plan order."""
+    return list({it.input.path: it.input for task in plan_tasks(output) for it in task.items}.values())
 
 
 def reference_ids(tokenizer: Path, texts: list[str], eos: int | None) -> list[list[int]]:

@@ -33,13 +33,14 @@ def make_dataset(root: Path, tokenizer: Path, docs_per_file: list[int], *, chunk
 
 def documents_by_shard(output: Path) -> list[list[list[int]]]:
     """Every document, grouped by shard in index order, each shard's documents in file order."""
+    from shardprep.loader.index import read_index
+    from shardprep.job.schema import Sidecar
     from shardprep.shard.reader import iter_shard_documents
 
-    index = orjson.loads((output / "index.json").read_bytes())
     out = []
-    for entry in index["shards"]:
-        sidecar = orjson.loads((output / entry["sidecar"]).read_bytes())
-        out.append([d.tolist() for d in iter_shard_documents(output / entry["name"], sidecar)])
+    for entry in read_index(output).shards:
+        sidecar = Sidecar.parse((output / entry.sidecar).read_bytes(), output / entry.sidecar)
+        out.append([d.tolist() for d in iter_shard_documents(output / entry.name, sidecar)])
     return out
 
 

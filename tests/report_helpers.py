@@ -65,11 +65,18 @@ def shard_doc_lengths(shard: Path) -> list[int]:
     return lengths
 
 
-def task_input_bytes(job: dict, task: int) -> int:
+def plan_records(out: Path) -> list[list[list]]:
+    """Each task's work items as plan/tasks.jsonl stores them: ``[input, path, size, mtime_ns, format,
+    compression, rows, start, end, first_line]`` with trailing defaults left out (docs/format.md)."""
+    return [orjson.loads(line) for line in (out / "plan" / "tasks.jsonl").read_bytes().splitlines()]
+
+
+def task_input_bytes(out: Path, task: int) -> int:
     total = 0
-    for it in job["tasks"][task]:
-        size = job["inputs"][it["input"]]["size"]
-        total += (size if it["end"] is None else it["end"]) - it["start"]
+    for it in plan_records(out)[task]:
+        full = it + [None, None, 0, None, 1][len(it) - 5:]       # the defaults left out
+        size, start, end = full[2], full[7], full[8]
+        total += (size if end is None else end) - start
     return total
 
 
@@ -77,7 +84,7 @@ def expected_numbers(out: Path) -> dict:
     """The report's numbers for a local output, computed from the files alone."""
     job = read_json(out / "job.json")
     sidecars = {}
-    for t in range(len(job["tasks"])):
+    for t in range(job["summary"]["tasks"]):
         p = out / f"shard-{t:05d}.json"
         if p.exists():
             sidecars[t] = read_json(p)

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import zstandard
-from helpers import eos_id, reference_ids, run_cli, shard_documents
+from helpers import eos_id, plan_inputs, plan_tasks, reference_ids, run_cli, shard_documents
 
 from shardprep.demo_data import sample_documents
 
@@ -59,11 +59,11 @@ def test_every_format_matches_independent_tokenization(tmp_path, sample_tokenize
     proc = run_cli("submit", "--input", raw, "--output", out, "--tokenizer", sample_tokenizer, "--no-progress")
     assert "6 shard(s)" in proc.stdout
     assert shard_documents(out) == reference_ids(sample_tokenizer, texts, eos_id(sample_tokenizer))
+    inputs = plan_inputs(out)
+    assert [Path(i.path).name for i in inputs] == ["a.txt", "b.jsonl", "c.txt.gz", "d.jsonl.zst", "e.parquet", "f.txt"]
+    assert all(i.size > 0 and i.mtime_ns > 0 for i in inputs)
     job = orjson.loads((out / "job.json").read_bytes())
-    assert [Path(i["path"]).name for i in job["inputs"]] == ["a.txt", "b.jsonl", "c.txt.gz", "d.jsonl.zst",
-                                                             "e.parquet", "f.txt"]
-    assert all(i["size"] > 0 and i["mtime_ns"] > 0 for i in job["inputs"])
-    assert job["tokenizer"]["fingerprint"] and job["options"]["add_eos"] is True
+    assert job["tokenizer"]["fingerprint"] and job["options"]["add_eos"] is True and job["summary"]["inputs"] == 6
 
     run_cli("verify", out)
     status = run_cli("status", out)
@@ -110,13 +110,13 @@ def test_split_large_file_and_pack_small_files(tmp_path, sample_tokenizer):
     size = (raw / "big.txt").stat().st_size
     run_cli("submit", "-i", raw, "-o", out, "-t", sample_tokenizer, "--target-task-bytes", str(size // 4 + 1),
             "--no-progress", "--chunk-tokens", "4096")
-    job = orjson.loads((out / "job.json").read_bytes())
-    big_tasks = [t for t in job["tasks"] if job["inputs"][t[0]["input"]]["path"].endswith("big.txt")]
+    tasks = [t.items for t in plan_tasks(out)]
+    big_tasks = [t for t in tasks if t[0].input.path.endswith("big.txt")]
     assert len(big_tasks) == 4 and all(len(t) == 1 for t in big_tasks)
-    small_tasks = [t for t in job["tasks"] if t not in big_tasks]
+    small_tasks = [t for t in tasks if t not in big_tasks]
     assert len(small_tasks) < 40 and sum(len(t) for t in small_tasks) == 40  # packed by bytes
     # the ranges tile the big file exactly, on line boundaries
-    ranges = sorted((t[0]["start"], t[0]["end"]) for t in big_tasks)
+    ranges = sorted((t[0].work.start, t[0].work.end) for t in big_tasks)
     assert ranges[0][0] == 0 and ranges[-1][1] == size
     assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
     data = (raw / "big.txt").read_bytes()

@@ -67,7 +67,7 @@ def read_only_dir(tmp_path) -> Path:
     (b"[1, 2, 3]\n", "not a shardprep index (a JSON list"),
     (b'{"shards": 3}\n', "format_version None is not supported"),
     (b'{"format_version": 1, "layout": "pack", "dtype": "uint16", "shards": [{"name": "x"}]}',
-     "malformed shard list"),
+     "field 'shards[0].sidecar': missing"),
 ])
 def test_verify_names_a_torn_or_foreign_index(copy_of, content, needle):
     index = copy_of / "index.json"
@@ -79,7 +79,7 @@ def test_verify_names_an_index_without_a_vocabulary_size(copy_of):
     index = orjson.loads((copy_of / "index.json").read_bytes())
     del index["tokenizer"]["vocab_size"]
     (copy_of / "index.json").write_bytes(orjson.dumps(index))
-    _one_line(run_cli("verify", copy_of, check=EXIT_INCOMPLETE), "tokenizer.vocab_size is None")
+    _one_line(run_cli("verify", copy_of, check=EXIT_INCOMPLETE), "field 'tokenizer.vocab_size': missing")
 
 
 # ------------------------------------------------------------------------------------ output paths

@@ -17,7 +17,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from helpers import run_cli, shard_documents
+from helpers import plan_tasks, run_cli, shard_documents
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -222,9 +222,9 @@ def test_saved_dataset_as_direct_input_gives_the_tokens_of_its_jsonl_export(tmp_
     assert len(reference) == len(non_empty(texts))
     assert shard_documents(direct) == reference
     assert shard_documents(split) == reference
-    job = json.loads((split / "job.json").read_text())
-    assert {i["format"] for i in job["inputs"]} == {"arrow"}
-    assert len(job["tasks"]) > 2 and all(w["unit"] == "rows" for t in job["tasks"] for w in t)
+    tasks = plan_tasks(split)
+    assert {it.input.format for t in tasks for it in t.items} == {"arrow"}
+    assert len(tasks) > 2 and all(it.work.unit == "rows" for t in tasks for it in t.items)
     index = json.loads((direct / "index.json").read_text())
     assert index["totals"]["skipped"]["empty"] == len(texts) - len(non_empty(texts))
 
@@ -241,7 +241,7 @@ def test_parquet_directory_as_direct_input_by_row_ranges(tmp_path, sample_tokeni
     a, b = tmp_path / "a", tmp_path / "b"
     run_cli("submit", "-i", pdir, "-o", a, "-t", sample_tokenizer, "--no-progress", "--target-task-bytes", "8K")
     run_cli("submit", "-i", jsonl, "-o", b, "-t", sample_tokenizer, "--no-progress")
-    assert len(json.loads((a / "job.json").read_text())["tasks"]) > 2
+    assert len(plan_tasks(a)) > 2
     assert shard_documents(a) == shard_documents(b)
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from helpers import run_cli
+from helpers import plan_inputs, run_cli
 
 from shardprep.errors import EXIT_INPUT
 
@@ -31,7 +31,7 @@ def _default_sigint() -> None:
 
 
 def _planned_paths(out: Path) -> list[str]:
-    return [i["path"] for i in orjson.loads((out / "job.json").read_bytes())["inputs"]]
+    return [i.path for i in plan_inputs(out)]
 
 
 # ------------------------------------------------------------------------------------------ symlinks

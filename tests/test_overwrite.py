@@ -100,4 +100,4 @@ def test_every_file_a_run_writes_is_on_the_overwrite_list(tmp_path, sample_token
         assert written_by_shardprep(name), name
     for name in ("notes.txt", "logs/notes.txt", "slurm/my.sbatch", "shard-1.tar", ".bashrc", "logs/x_1.out"):
         assert not written_by_shardprep(name), name
-    assert set(OWNED_DIRS) == {"logs", "slurm", os.path.dirname(f"{SUBMITIT_DIR}/x")}
+    assert set(OWNED_DIRS) == {"logs", "slurm", os.path.dirname(f"{SUBMITIT_DIR}/x"), "plan"}

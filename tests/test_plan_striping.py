@@ -32,7 +32,7 @@ def test_new_output_on_lustre_is_striped_before_job_json(tmp_path, monkeypatch, 
     assert calls()[1] == ["getstripe", "-d", str(out)]
     on_disk = orjson.loads((out / "job.json").read_bytes())
     assert on_disk["lustre"]["filesystem"] == "lustre" and "lcm_entry_count" in on_disk["lustre"]["applied"]
-    assert on_disk["lustre"] == job["lustre"]
+    assert on_disk["lustre"] == job.lustre
 
     # re-planning into the (now non-empty) directory does not re-stripe it
     plan_job([tmp_path / "in.txt"], out, sample_tokenizer,

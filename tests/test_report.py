@@ -12,7 +12,7 @@ import numpy as np
 import orjson
 import pytest
 
-from helpers import run_cli
+from helpers import plan_inputs, run_cli
 from report_helpers import expected_numbers, make_job, read_json, task_input_bytes
 
 pytestmark = pytest.mark.slow
@@ -111,7 +111,6 @@ def test_running_job_shows_progress_failure_and_eta(tmp_path, sample_tokenizer):
 
     raw, out = write_corpus(tmp_path / "raw"), tmp_path / "out"
     run_cli("plan", "--input", raw, "--output", out, "--tokenizer", sample_tokenizer, "--backend", "hf")
-    job = read_json(out / "job.json")
     nothing = report_json(out)                                    # planned, nothing run yet
     assert (nothing["progress"]["done"], nothing["totals"]["tokens"], nothing["samples"]) == (0, 0, [])
     assert nothing["progress"]["eta_s"] is None and nothing["doc_lengths"]["documents"] == 0
@@ -119,7 +118,7 @@ def test_running_job_shows_progress_failure_and_eta(tmp_path, sample_tokenizer):
     assert "nothing to draw yet" in (tmp_path / "empty" / "r.html").read_text()
     for t in (0, 1):
         run_cli("run-task", out, "--task-id", t)
-    with open(job["inputs"][2]["path"], "a") as f:
+    with open(plan_inputs(out)[2].path, "a") as f:
         f.write("appended after planning\n")
     run_cli("run-task", out, "--task-id", 2, check=3)
     n = report_json(out)
@@ -129,7 +128,7 @@ def test_running_job_shows_progress_failure_and_eta(tmp_path, sample_tokenizer):
     assert p["problems"] == {"no sidecar": 2}
     assert [f["task"] for f in p["failed"]] == [2] and "changed since it was planned" in p["failed"][0]["reason"]
     assert p["running"] == []
-    planned = [task_input_bytes(job, t) for t in range(4)]
+    planned = [task_input_bytes(out, t) for t in range(4)]
     assert p["work_done"] == pytest.approx(sum(planned[:2]) / sum(planned))
     side = [read_json(out / f"shard-{t:05d}.json") for t in (0, 1)]
     tokens, secs = sum(s["tokens"] for s in side), sum(s["stats"]["elapsed_s"] for s in side)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from helpers import eos_id, reference_ids, run_cli, shard_documents, write_slow_text
+from helpers import eos_id, plan_tasks, reference_ids, run_cli, shard_documents, write_slow_text
 from s3_server import make_bucket, s3_client
 from slurm_cluster import max_array_size, submitted_job_ids, wait_for_jobs
 
@@ -95,12 +95,10 @@ def _submit_big_and_wait_mid_write(corpus: Path, out: Path, tokenizer: Path) -> 
 
 
 def _texts_in_plan_order(out: Path) -> list[str]:
-    job = orjson.loads((out / "job.json").read_bytes())
     texts = []
-    for items in job["tasks"]:
-        for item in items:
-            path = Path(job["inputs"][item["input"]]["path"])
-            texts += [t for t in path.read_text().split("\n") if t.strip()]
+    for task in plan_tasks(out):
+        for item in task.items:
+            texts += [t for t in Path(item.input.path).read_text().split("\n") if t.strip()]
     return texts
 
 

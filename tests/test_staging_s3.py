@@ -37,7 +37,7 @@ from shardprep.staging.integrity import (VerificationFailed, infer_part_size, mu
 
 MIB = 1 << 20
 REPO = Path(__file__).resolve().parents[1]
-SHARED = Path(__file__).resolve().parents[2] / "shared"
+from conftest import SHARED  # noqa: E402  (finds /work/shared from a worktree too)
 
 
 def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -613,7 +613,7 @@ def test_round_trip_stage_tokenize_upload_read_back(s3_endpoint, bucket, tmp_pat
     for i in range(len(remote.shards)):
         r_table, l_table = remote.chunk_table(i), local.chunk_table(i)
         r_src, l_src = remote.open(i), local.open(i)
-        for j in range(len(r_table.keys)):
+        for j in range(len(r_table)):
             r_tokens, r_lens = remote.read(r_src, r_table, j)
             l_tokens, l_lens = local.read(l_src, l_table, j)
             assert (r_tokens == l_tokens).all() and (r_lens == l_lens).all()

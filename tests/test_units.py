@@ -11,11 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardprep.job.options import PlanOptions, TokenizeOptions
-from shardprep.inputs.discover import discover_inputs
+from shardprep.inputs.discover import InputFile, discover_inputs
 from shardprep.inputs.readers import SkipLog, WorkItem, iter_documents
 from shardprep.job.state import format_array_ranges, parse_array_ranges
 from shardprep.job.plan import split_into_tasks
-from shardprep.shard.reader import LocalSource, chunks_of, read_chunk, walk_tar
+from shardprep.shard.reader import LocalSource, read_chunk, walk_tar
 from shardprep.shard.writer import ShardWriter
 from shardprep.tokenizer.backend import add_boundary_tokens
 
@@ -53,6 +53,40 @@ def test_small_files_pack_by_bytes(tmp_path):
     assert [[w.input for w in t] for t in one_each] == [[i] for i in range(6)]
 
 
+_inputs = st.lists(st.tuples(st.sampled_from(["txt", "jsonl", "parquet"]), st.sampled_from([None, "gz"]),
+                             st.integers(0, 10_000), st.integers(0, 1 << 62)), min_size=1, max_size=12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(specs=_inputs, target=st.one_of(st.none(), st.integers(10_000, 40_000)), add_bos=st.booleans(),
+       backend=st.sampled_from(["auto", "hf"]))
+def test_streamed_fingerprint_is_the_whole_body_hash(specs, target, add_bos, backend):
+    """The plan fingerprint, streamed task by task (issue 16), equals the hash of the whole canonical body
+    job.json used to hold, so the same plan keeps its fingerprint across the layout change."""
+    import hashlib
+
+    import orjson
+
+    from shardprep.job.fingerprint import Fingerprint
+    from shardprep.job.plan import Plan
+    from shardprep.tokenizer.load import ResolvedTokenizer, TokenizerInfo
+
+    inputs = [InputFile(f"/data/d{k % 3}/f{k:03d}.{fmt}" + (f".{comp}" if comp else ""), size, mtime, fmt,
+                        None if fmt == "parquet" else comp, 7 if fmt == "parquet" else None)
+              for k, (fmt, comp, size, mtime) in enumerate(specs)]
+    info = TokenizerInfo("tok.json", "f" * 64, 50257, "uint16", "<|endoftext|>", 50256, None, None, None, None)
+    opts = TokenizeOptions(add_bos=add_bos, bos_token="<s>" if add_bos else None, backend=backend)
+    plan = Plan(inputs, ResolvedTokenizer("{}", info), opts, PlanOptions(target))   # no split: target >= sizes
+    streamed = Fingerprint(plan)
+    tasks = list(plan.iter_tasks())
+    streamed.add(tasks[:1])           # fed in batches of any size
+    streamed.add([])
+    streamed.add(tasks[1:])
+    body = {"format_version": 1, "inputs": [i.to_dict() for i in inputs], "tasks": [[w.to_dict() for w in t] for t in tasks],
+            "tokenizer": {k: v for k, v in info.to_dict().items() if k != "source"}, "options": opts.content_dict()}
+    assert streamed.hexdigest() == hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
 @given(st.sets(st.integers(0, 300), max_size=40))
 def test_array_ranges_round_trip(ids):
     text = format_array_ranges(ids)
@@ -84,10 +118,9 @@ def test_writer_round_trip_and_chunking(tmp_path_factory, doc_lengths, chunk, la
         if part:
             w.add(np.concatenate(part), np.array([len(x) for x in part]))
     res = w.close()
-    sidecar = {"chunks": res.chunks.as_dict(), "dtype": "uint32"}
     src = LocalSource(res.path)
     got = []
-    for ch in chunks_of(sidecar):
+    for ch in res.chunks.chunks():
         tokens, lens = read_chunk(src, ch, "uint32")
         got.extend(np.split(tokens, np.cumsum(lens)[:-1]))
         if layout == "pack":  # a chunk only exceeds the target when it holds a single document
@@ -96,7 +129,7 @@ def test_writer_round_trip_and_chunking(tmp_path_factory, doc_lengths, chunk, la
     assert [g.tolist() for g in got] == [x.tolist() for x in docs]
     assert res.documents == len(docs) and res.tokens == sum(doc_lengths)
     parsed = list(walk_tar(res.path))
-    assert [p.key for p in parsed] == res.chunks.key and all(k.startswith("00003_") for k in res.chunks.key)
+    assert [p.key for p in parsed] == list(res.chunks.key) and all(k.startswith("00003_") for k in res.chunks.key)
     with tarfile.open(res.path) as tf:
         assert all(m.mtime == 0 and m.uid == 0 and m.mode == 0o644 for m in tf.getmembers())
 

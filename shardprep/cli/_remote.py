@@ -12,12 +12,12 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
-import orjson
 
 from shardprep.errors import InputDataError
+from shardprep.job.schema import Sidecar
 from shardprep.loader.sources import join, open_source, read_bytes
 from shardprep.shard.format import TOKENIZER_FILE
-from shardprep.shard.reader import chunks_of, read_chunk, split_docs
+from shardprep.shard.reader import read_chunk, split_docs
 
 
 def verify_remote(url: str) -> int:
@@ -37,21 +37,21 @@ def inspect_remote(args: argparse.Namespace) -> int:
     if not url.endswith(".tar"):
         raise InputDataError(f"{url}: not a shard URL (shard-NNNNN.tar expected)")
     parent = url.rsplit("/", 1)[0]
+    where = url[:-len(".tar")] + ".json"
     try:
-        sidecar = orjson.loads(read_bytes(url[:-len(".tar")] + ".json"))
+        sidecar = Sidecar.parse(read_bytes(where), where)
     except FileNotFoundError:
         raise InputDataError(f"{url}: no sidecar beside it: a remote shard is inspected through its sidecar "
                              f"(copy it locally to walk the tar)") from None
-    chunks = chunks_of(sidecar)
-    print(f"{url}: {sidecar['bytes']:,} bytes, {len(chunks)} sample(s), {sidecar['documents']:,} documents, "
-          f"{sidecar['tokens']:,} tokens (from its sidecar)")
-    print_sidecar(sidecar, sidecar["bytes"], sidecar["tokens"])
+    print(f"{url}: {sidecar.bytes:,} bytes, {sidecar.samples} sample(s), {sidecar.documents:,} documents, "
+          f"{sidecar.tokens:,} tokens (from its sidecar)")
+    print_sidecar(sidecar, sidecar.bytes, sidecar.tokens)
     docs: list[np.ndarray] = []
     src = open_source(url)
-    for chunk in chunks:
+    for chunk in sidecar.chunks.chunks():
         if len(docs) >= args.decode:
             break
-        docs.extend(split_docs(*read_chunk(src, chunk, sidecar["dtype"]))[: args.decode - len(docs)])
+        docs.extend(split_docs(*read_chunk(src, chunk, sidecar.dtype))[: args.decode - len(docs)])
     if docs:
         from tokenizers import Tokenizer
 

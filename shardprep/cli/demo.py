@@ -45,11 +45,11 @@ def run(args: argparse.Namespace) -> int:
     bad = verify(shards)
     if bad:
         raise IncompleteError(f"verification failed: {', '.join(b.name for b in bad)}")
-    from shardprep.storage.atomic import read_json
+    from shardprep.loader.index import read_index
 
-    t = read_json(shards / "index.json")["totals"]
-    print(f"demo: {t['shards']} shard(s) in {shards}: {t['documents']:,} documents, {t['tokens']:,} tokens, "
-          f"{t['bytes']:,} bytes; verified")
+    t = read_index(shards).totals
+    print(f"demo: {t.shards} shard(s) in {shards}: {t.documents:,} documents, {t.tokens:,} tokens, "
+          f"{t.bytes:,} bytes; verified")
     print(f"next: shardprep status {shards}; shardprep inspect {shards}/shard-00000.tar --decode 2")
     inspect_cmd.run(argparse.Namespace(shard=str(shards / "shard-00000.tar"), decode=1, tokenizer=None, max_chars=200))
     _write_report(shards)

@@ -16,7 +16,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    t = finalize(Path(args.output))["totals"]
-    print(f"index.json written: {t['shards']} shard(s), {t['documents']:,} documents, {t['tokens']:,} tokens, "
-          f"{t['bytes']:,} bytes")
+    t = finalize(Path(args.output)).totals
+    print(f"index.json written: {t.shards} shard(s), {t.documents:,} documents, {t.tokens:,} tokens, "
+          f"{t.bytes:,} bytes")
     return 0

@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import orjson
 
 from shardprep.cli.args import count_arg
 from shardprep.errors import InputDataError, TokenizerError
+from shardprep.job.schema import Sidecar
 from shardprep.loader.sources import is_url
 from shardprep.shard.format import TOKENIZER_FILE
 from shardprep.shard.reader import walk_tar
@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputDataError(f"shard {path} does not exist")
     decoder = _decoder(path, args.tokenizer) if args.decode else None
     sidecar_path = path.with_suffix(".json")
-    sidecar = orjson.loads(sidecar_path.read_bytes()) if sidecar_path.is_file() else None
+    sidecar = Sidecar.parse(sidecar_path.read_bytes(), sidecar_path) if sidecar_path.is_file() else None
     docs: list[np.ndarray] = []
     samples = n_docs = n_tokens = 0
     try:
@@ -74,14 +74,14 @@ def _decoder(shard: Path, given: str | None) -> Any:
         raise TokenizerError(f"cannot decode: {path} is not a tokenizer.json ({e})") from None
 
 
-def print_sidecar(sidecar: dict, size: int, n_tokens: int) -> None:
+def print_sidecar(sidecar: Sidecar, size: int, n_tokens: int) -> None:
     """Layout, size ratio, checksum, backend and skipped input of a shard, from its sidecar."""
-    itemsize = 2 if sidecar["dtype"] == "uint16" else 4
-    print(f"  layout {sidecar['layout']}, dtype {sidecar['dtype']}, {size / max(1, n_tokens * itemsize):.3f}x raw "
-          f"token bytes, sha256 {sidecar['sha256'][:16]}..., backend {sidecar['backend'].get('name')}")
-    skipped = {k: v for k, v in sidecar["skipped"].items() if v}
+    itemsize = 2 if sidecar.dtype == "uint16" else 4
+    print(f"  layout {sidecar.layout}, dtype {sidecar.dtype}, {size / max(1, n_tokens * itemsize):.3f}x raw "
+          f"token bytes, sha256 {sidecar.sha256[:16]}..., backend {sidecar.backend.get('name')}")
+    skipped = {k: v for k, v in sidecar.skipped.items() if v}
     print(f"  skipped: {skipped or 'none'}")
-    for ex in sidecar.get("skipped_examples", [])[:5]:
+    for ex in sidecar.skipped_examples[:5]:
         print(f"    {ex['reason']}: {ex['file']}:{ex['line'] if ex['line'] is not None else '@' + str(ex.get('byte'))}")
 
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from shardprep.cli.args import add_plan_arguments, plan_from_args
+from shardprep.job.plan_files import TaskTable
 from shardprep.job.state import format_array_ranges, job_state
 
 NAME = "plan"
@@ -18,19 +20,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     plan, job = plan_from_args(args)
     state = job_state(args.output, job)
-    total = sum(i.size for i in plan.inputs)
-    print(f"plan {job['fingerprint'][:12]}: {len(plan.inputs)} input(s), {total:,} bytes -> {len(plan.tasks)} task(s)")
-    print(f"tokenizer {plan.tokenizer.info.source} ({plan.tokenizer.info.vocab_size} ids, {plan.tokenizer.info.dtype})")
+    s = job.summary
+    print(f"plan {job.fingerprint[:12]}: {s.inputs} input(s), {s.input_bytes:,} bytes -> {s.tasks} task(s)")
+    print(f"tokenizer {job.tokenizer.source} ({job.tokenizer.vocab_size} ids, {job.tokenizer.dtype})")
     added = {"eos": plan.options.add_eos, "bos": plan.options.add_bos}
     for kind, line in plan.tokenizer.describe_specials().items():
         use = "" if kind not in added else " [added to every document]" if added[kind] else " [not added]"
         print(f"  {line}{use}")
-    for t, items in enumerate(plan.tasks[:20]):
-        desc = ", ".join(f"{plan.inputs[w.input].path}" + ("" if w.start == 0 and w.end is None else f"[{w.start}:{w.end}]")
-                         for w in items[:3])
-        more = f" (+{len(items) - 3} more)" if len(items) > 3 else ""
-        print(f"  task {t}: {desc}{more}")
-    if len(plan.tasks) > 20:
-        print(f"  ... {len(plan.tasks) - 20} more task(s)")
+    with TaskTable(Path(args.output), job) as table:
+        for t in range(min(20, s.tasks)):
+            items = table.task(t).items
+            desc = ", ".join(i.input.path + ("" if i.work.start == 0 and i.work.end is None else
+                                             f"[{i.work.start}:{i.work.end}]") for i in items[:3])
+            more = f" (+{len(items) - 3} more)" if len(items) > 3 else ""
+            print(f"  task {t}: {desc}{more}")
+    if s.tasks > 20:
+        print(f"  ... {s.tasks - 20} more task(s)")
     print(f"to run: {format_array_ranges(state.missing) or 'nothing (all done)'}")
     return 0

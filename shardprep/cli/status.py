@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
             "slurm": slurm_status_json(output, state),
         }, option=orjson.OPT_INDENT_2).decode())
     else:
-        print(f"{output}: plan {job['fingerprint'][:12]}, {state.n_tasks} task(s)")
+        print(f"{output}: plan {job.fingerprint[:12]}, {state.n_tasks} task(s)")
         print(f"  done:     {len(state.done)}")
         print(f"  missing:  {len(state.missing)}" + (f"  [{format_array_ranges(state.missing)}]" if state.missing else ""))
         print(f"  documents {totals['documents']:,}, tokens {totals['tokens']:,}, bytes {totals['bytes']:,}, "

@@ -9,10 +9,11 @@ from shardprep.cli.args import (add_executor_arguments, add_plan_arguments, add_
                                 plan_from_args)
 from shardprep.errors import ConfigError
 from shardprep.executor import make_executor
+from shardprep.job.schema import Job
 from shardprep.job.state import format_array_ranges, job_state, load_job
-from shardprep.storage.atomic import read_json
+from shardprep.loader.index import read_index
 from shardprep.storage.lock import output_lock
-from shardprep.shard.format import INDEX_FILE, TOKENIZER_FILE
+from shardprep.shard.format import TOKENIZER_FILE
 from shardprep.tokenizer.load import check_frozen_tokenizer
 
 NAME = "submit"
@@ -34,12 +35,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_slurm_arguments(p)
 
 
-def _resume(args: argparse.Namespace) -> tuple[Path, dict]:
+def _resume(args: argparse.Namespace) -> tuple[Path, Job]:
     output = Path(args.resume)
     if args.output and Path(args.output) != output:
         raise ConfigError(f"--output {args.output} and --resume {args.resume} name different directories")
     job = load_job(output)
-    check_frozen_tokenizer((output / TOKENIZER_FILE).read_text(encoding="utf-8"), job["tokenizer"],
+    check_frozen_tokenizer((output / TOKENIZER_FILE).read_text(encoding="utf-8"), job.tokenizer.to_dict(),
                            output / TOKENIZER_FILE)
     if args.input or args.tokenizer:  # a full command line was given as well: it must match the frozen plan
         args.output = str(output)
@@ -74,7 +75,7 @@ def _plan_and_launch(args: argparse.Namespace, executor) -> int:
     if report.job_ids:
         print(f"submitted job(s): {', '.join(report.job_ids)}")
     if report.finalized:
-        t = read_json(output / INDEX_FILE)["totals"]
-        print(f"done: {t['shards']} shard(s), {t['documents']:,} documents, {t['tokens']:,} tokens, "
-              f"{t['bytes']:,} bytes, {sum(t['skipped'].values()):,} skipped")
+        t = read_index(output).totals
+        print(f"done: {t.shards} shard(s), {t.documents:,} documents, {t.tokens:,} tokens, "
+              f"{t.bytes:,} bytes, {sum(t.skipped.values()):,} skipped")
     return 0

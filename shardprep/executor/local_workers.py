@@ -100,7 +100,7 @@ def run_in_worker(output: str, task: int, threads: int) -> Outcome:
         _send(("start", task, os.getpid()))
         try:
             result = run_task(Path(output), task, progress=_progress_sender(), threads=threads)
-            warnings = [] if result.skipped_existing else list(result.sidecar.get("warnings", []))
+            warnings = [] if result.skipped_existing else list(result.sidecar.warnings)
             return task, "skipped" if result.skipped_existing else "done", "", "", warnings
         except Preempted:
             os._exit(EXIT_REQUEUE)

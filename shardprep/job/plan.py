@@ -1,31 +1,40 @@
-"""The frozen plan: inputs -> tasks, written once to ``<output>/job.json``.
+"""The frozen plan: inputs -> tasks, written once to ``<output>/job.json`` and ``<output>/plan/``.
 
-Every task reads this file and never re-derives the plan, so an array task started days later, on any
-node, does exactly the work it was given.  The fingerprint covers inputs (with size and mtime), the task
+Every task reads it and never re-derives the plan, so an array task started days later, on any node,
+does exactly the work it was given.  The fingerprint covers inputs (with size and mtime), the task
 assignment, the tokenizer and every content option; a second ``plan``/``submit`` into the same directory
 must match it or is refused (``--overwrite`` starts over).
+
+Planning streams (issue 16): tasks are generated one at a time, written to ``plan/tasks.jsonl`` with
+their offsets and digests (``job.plan_files``) and hashed into the fingerprint as they go, so memory
+holds the discovered inputs and 24 bytes per task, never the task list itself.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
+import itertools
 import logging
 import math
 import os
 import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import orjson
 
-from shardprep import __version__
 from shardprep.job.options import PlanOptions, TokenizeOptions
-from shardprep.errors import InputDataError, PlanConflictError
-from shardprep.storage.atomic import atomic_writer, write_json_atomic
+from shardprep.errors import InputDataError, PlanConflictError, RecordError
+from shardprep.storage.atomic import atomic_writer, fsync_dir, temp_name_for, write_json_atomic
 from shardprep.inputs.discover import InputFile
 from shardprep.inputs.readers import WorkItem
-from shardprep.shard.format import FORMAT_VERSION, INDEX_FILE, JOB_FILE, TOKENIZER_FILE
+from shardprep.job.fingerprint import BATCH, Fingerprint
+from shardprep.job.plan_files import TaskTable, TaskTableWriter
+from shardprep.job.schema import Job, PlanFiles, PlanSummary, TaskItem
+from shardprep.shard.format import (INDEX_FILE, JOB_FILE, PLAN_DIR, PLAN_RECORDS_FILE,
+                                    PLAN_TABLE_FILE, TOKENIZER_FILE)
 from shardprep.tokenizer.load import ResolvedTokenizer
 
 log = logging.getLogger(__name__)
@@ -33,37 +42,15 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Plan:
+    """What to freeze: the inputs, the tokenizer and the options; tasks are generated on demand."""
+
     inputs: list[InputFile]
-    tasks: list[list[WorkItem]]
     tokenizer: ResolvedTokenizer
     options: TokenizeOptions
     plan_options: PlanOptions
 
-    def body(self) -> dict:
-        """The fingerprinted part of job.json."""
-        return {
-            "format_version": FORMAT_VERSION,
-            "inputs": [i.to_dict() for i in self.inputs],
-            "tasks": [[w.to_dict() for w in t] for t in self.tasks],
-            "tokenizer": self.tokenizer.info.to_dict(),
-            "options": self.options.content_dict(),
-        }
-
-    @property
-    def fingerprint(self) -> str:
-        body = self.body()
-        body["tokenizer"] = {k: v for k, v in body["tokenizer"].items() if k != "source"}
-        return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
-
-    def to_job(self) -> dict:
-        return {
-            "format_version": FORMAT_VERSION,
-            "created_by": f"shardprep {__version__}",
-            "fingerprint": self.fingerprint,
-            **{k: v for k, v in self.body().items() if k != "format_version"},
-            "options": self.options.to_dict(),
-            "plan_options": {"target_task_bytes": self.plan_options.target_task_bytes},
-        }
+    def iter_tasks(self) -> Iterator[list[WorkItem]]:
+        return iter_tasks(self.inputs, self.plan_options, self.options)
 
 
 # -- splitting ------------------------------------------------------------------------------------------
@@ -126,8 +113,8 @@ def _split_arrow(idx: int, inp: InputFile, parts: int, text_field: str) -> list[
     return [WorkItem(idx, s, e, "rows", s + 1) for s, e in split_rows(inp.path, parts, text_field)]
 
 
-def split_into_tasks(inputs: list[InputFile], popts: PlanOptions, opts: TokenizeOptions) -> list[list[WorkItem]]:
-    """Assign work items to tasks.
+def iter_tasks(inputs: list[InputFile], popts: PlanOptions, opts: TokenizeOptions) -> Iterator[list[WorkItem]]:
+    """Assign work items to tasks, one task at a time.
 
     Default: one input file per task.  With ``target_task_bytes``: files larger than the target are split
     (text on line/paragraph boundaries, parquet on row groups, arrow on rows; compressed files cannot be
@@ -136,64 +123,115 @@ def split_into_tasks(inputs: list[InputFile], popts: PlanOptions, opts: Tokenize
     whole = lambda i, inp: WorkItem(i, 0, None, "rows" if inp.tabular else "bytes", 1)  # noqa: E731
     target = popts.target_task_bytes
     if target is None:
-        return [[whole(i, inp)] for i, inp in enumerate(inputs)]
-    tasks: list[list[WorkItem]] = []
+        yield from ([whole(i, inp)] for i, inp in enumerate(inputs))
+        return
     current: list[WorkItem] = []
     current_bytes = 0
     for i, inp in enumerate(inputs):
         parts = math.ceil(inp.size / target) if inp.size > target else 1
         if parts > 1 and (inp.splittable or inp.tabular):
             if current:
-                tasks.append(current)
+                yield current
                 current, current_bytes = [], 0
             if inp.format == "arrow":
                 pieces = _split_arrow(i, inp, parts, opts.text_field)
             else:
                 pieces = (_split_parquet(i, inp, parts) if inp.format == "parquet"
                           else _split_text(i, inp, parts, opts.txt_mode == "paragraph"))
-            tasks.extend([p] for p in pieces)
+            yield from ([p] for p in pieces)
             continue
         if current and current_bytes + inp.size > target:
-            tasks.append(current)
+            yield current
             current, current_bytes = [], 0
         current.append(whole(i, inp))
         current_bytes += inp.size
     if current:
-        tasks.append(current)
-    return tasks
+        yield current
+
+
+def split_into_tasks(inputs: list[InputFile], popts: PlanOptions, opts: TokenizeOptions) -> list[list[WorkItem]]:
+    """``iter_tasks`` as a list (for small plans and tests)."""
+    return list(iter_tasks(inputs, popts, opts))
 
 
 def make_plan(inputs: list[InputFile], tokenizer: ResolvedTokenizer, options: TokenizeOptions,
               plan_options: PlanOptions) -> Plan:
-    return Plan(inputs, split_into_tasks(inputs, plan_options, options), tokenizer, options, plan_options)
+    return Plan(inputs, tokenizer, options, plan_options)
 
 
 # -- writing / conflicts ----------------------------------------------------------------------------------
-def _differences(old: dict, new: dict) -> list[str]:
+def _common_root(inputs: list[InputFile]) -> str:
+    """The deepest directory holding every input (the common prefix of the smallest and largest path)."""
+    if not inputs:
+        return "/"
+    common = os.path.commonprefix([min(i.path for i in inputs), max(i.path for i in inputs)])
+    return common[:common.rfind("/")] or "/"
+
+
+def _write_records(plan: Plan, staging: Path, lustre: dict | None) -> Job:
+    """Stream every task into ``staging`` (records + table) and return the job header that describes it."""
+    root = _common_root(plan.inputs)
+    fingerprint = Fingerprint(plan)
+    writer = TaskTableWriter(staging, root)
+    inputs = plan.inputs
+    try:
+        tasks = plan.iter_tasks()
+        while batch := list(itertools.islice(tasks, BATCH)):
+            fingerprint.add(batch)
+            for items in batch:
+                writer.add([TaskItem(inputs[w.input], w) for w in items])
+        table_sha256 = writer.close()
+    except BaseException:
+        writer.abort()
+        raise
+    summary = PlanSummary(len(plan.inputs), sum(i.size for i in plan.inputs), writer.n_tasks)
+    files = PlanFiles(PLAN_RECORDS_FILE, PLAN_TABLE_FILE, root, table_sha256, fingerprint.inputs_sha256,
+                      fingerprint.paths_sha256)
+    return Job(fingerprint.hexdigest(), summary, plan.tokenizer.info, plan.options, plan.plan_options, files, lustre)
+
+
+def _changed_inputs(output: Path, old: Job, plan: Plan) -> list[str]:
+    """Paths whose size or mtime differ between the old plan's records and the new inputs (rare path:
+    reads the old records once)."""
+    new = {i.path: i for i in plan.inputs}
+    changed: dict[str, None] = {}
+    try:
+        with TaskTable(output, old) as table:
+            for task in table:
+                changed.update((it.input.path, None) for it in task.items if new.get(it.input.path) != it.input)
+                if len(changed) >= 3:
+                    break
+    except RecordError:
+        return []
+    return list(changed)
+
+
+def _differences(output: Path, old: Job, new: Job, plan: Plan) -> list[str]:
     diffs = []
-    if [i["path"] for i in old.get("inputs", [])] != [i["path"] for i in new["inputs"]]:
-        diffs.append("the input files differ")
-    elif old.get("inputs") != new["inputs"]:
-        changed = [n["path"] for o, n in zip(old["inputs"], new["inputs"]) if o != n]
-        diffs.append(f"input(s) changed since planning (size/mtime): {', '.join(changed[:3])}")
-    if old.get("tokenizer", {}).get("fingerprint") != new["tokenizer"]["fingerprint"]:
+    if old.plan.paths_sha256 != new.plan.paths_sha256:
+        diffs.append(f"the input files differ ({old.summary.inputs} before, {new.summary.inputs} now)")
+    elif old.plan.inputs_sha256 != new.plan.inputs_sha256:
+        changed = _changed_inputs(output, old, plan)
+        diffs.append("input(s) changed since planning (size/mtime)" + (f": {', '.join(changed)}" if changed else ""))
+    if old.tokenizer.fingerprint != new.tokenizer.fingerprint:
         diffs.append("the tokenizer differs")
-    old_opts = old.get("options", {})
-    changed = [k for k, v in new["options"].items() if k != "backend" and old_opts.get(k) != v]
-    if changed:
-        diffs.append(f"options differ: {', '.join(changed)}")
-    if old.get("tasks") != new["tasks"] and not diffs:
+    old_opts, new_opts = old.options.content_dict(), new.options.content_dict()
+    changed_opts = [k for k, v in new_opts.items() if old_opts.get(k) != v]
+    if changed_opts:
+        diffs.append(f"options differ: {', '.join(changed_opts)}")
+    if not diffs:
         diffs.append("the task assignment differs (e.g. --target-task-bytes)")
-    return diffs or ["the plan differs"]
+    return diffs
 
 
 # Everything shardprep writes into an output directory, as paths relative to it: --overwrite deletes these
 # and nothing else.  A new kind of file written there must be added here (test_overwrite checks the files
 # of a local and a Slurm run against it).
-OWNED_DIRS = ("logs", "slurm", "slurm/submitit")
+OWNED_DIRS = ("logs", "slurm", "slurm/submitit", PLAN_DIR)
 OWNED_FILES = re.compile("|".join((
     r"shard-\d{5,}\.(tar|json)",                        # shards and sidecars
     rf"{re.escape(JOB_FILE)}|{re.escape(INDEX_FILE)}|{re.escape(TOKENIZER_FILE)}",
+    rf"{re.escape(PLAN_RECORDS_FILE)}|{re.escape(PLAN_TABLE_FILE)}",   # the plan's per-task records
     r"logs/task-\d{5,}\.log",                           # local executor / run-task logs
     r"logs/\d+_\d+\.out|logs/finalize-\d+\.out",         # sbatch array task and finalize logs
     r"slurm/jobs\.json|slurm/\d{3,}-(tokenize-\d+|finalize)\.sbatch",
@@ -229,12 +267,13 @@ def _require_shardprep_plan(job_path: Path) -> None:
                                 hint="move or remove it yourself, or use a new --output")
 
 
-def _sort_output(output: Path) -> tuple[list[Path], list[str]]:
-    """(files shardprep wrote, what else is there) in ``output``; only shardprep's own subdirectories
-    are entered, and the output lock (held by this process) is neither."""
+def _sort_output(output: Path) -> tuple[list[Path], list[Path], list[str]]:
+    """(files shardprep wrote, planners' staging directories, what else is there) in ``output``; only
+    shardprep's own subdirectories are entered, and the output lock (held by this process) is neither."""
     from shardprep.storage.lock import LOCK_FILE
 
     ours: list[Path] = []
+    staging: list[Path] = []
     kept: list[str] = []
     pending = [""]
     while pending:
@@ -247,27 +286,33 @@ def _sort_output(output: Path) -> tuple[list[Path], list[str]]:
                 if entry.is_dir(follow_symlinks=False):
                     if rel in OWNED_DIRS:
                         pending.append(rel + "/")
+                    elif (m := _TEMP.fullmatch(rel)) and m.group("dir") + m.group("name") == PLAN_DIR:
+                        staging.append(output / rel)      # .plan.<host>.<pid>.tmp/ (write_plan)
                     else:
                         kept.append(rel + "/")
                 elif written_by_shardprep(rel):
                     ours.append(output / rel)
                 else:
                     kept.append(rel)
-    return ours, kept
+    return ours, staging, kept
 
 
-def clear_output(output: Path) -> list[str]:
+def clear_output(output: Path, *, keep: Path | None = None) -> list[str]:
     """Remove what shardprep wrote into ``output`` (shards, sidecars, plan, index, logs, Slurm records);
     keep everything else, and return what was kept (relative paths, directories with a trailing /).
 
     Why keep: a user's notes or scripts in the output directory (or in its logs/) are theirs; only the
     names shardprep writes (:data:`OWNED_FILES`) are deleted.  A job.json that is not a shardprep plan is
-    refused (PlanConflictError, exit 4) before anything is deleted.
+    refused (PlanConflictError, exit 4) before anything is deleted.  ``keep``: the caller's own plan
+    staging directory.
     """
     _require_shardprep_plan(output / JOB_FILE)
-    ours, kept = _sort_output(output)
+    ours, staging, kept = _sort_output(output)
     for p in ours:
         p.unlink(missing_ok=True)
+    for d in staging:                               # other (dead) planners'; ``keep`` is the caller's own
+        if d != keep:
+            shutil.rmtree(d, ignore_errors=True)
     for d in sorted(OWNED_DIRS, reverse=True):      # subdirectories first
         with contextlib.suppress(OSError):          # not there, or holds a kept file
             (output / d).rmdir()
@@ -277,34 +322,56 @@ def clear_output(output: Path) -> list[str]:
     return kept
 
 
-def write_plan(output: Path, plan: Plan, *, overwrite: bool = False, extra: dict | None = None) -> dict:
-    """Freeze ``plan`` into ``output`` (creating it), or accept an identical existing plan.
+def _existing_plan(job_path: Path) -> Job | str | None:
+    """The plan already in the output directory; None when there is none, why not when it cannot be read."""
+    try:
+        return Job.parse(job_path.read_bytes(), job_path)
+    except FileNotFoundError:
+        return None
+    except RecordError as e:
+        return f"its {JOB_FILE} cannot be read ({e})"
 
-    ``extra`` adds unfingerprinted records (e.g. the Lustre layout applied).  Returns the job dict.
-    Raises PlanConflictError when a different plan is already there.
-    """
-    output.mkdir(parents=True, exist_ok=True)
-    job = {**plan.to_job(), **(extra or {})}
-    job_path = output / JOB_FILE
-    if job_path.exists():
-        try:
-            old = orjson.loads(job_path.read_bytes())
-        except orjson.JSONDecodeError:
-            old = {}
-        if old.get("fingerprint") == job["fingerprint"]:
-            log.info("%s already holds this plan (%s); finished tasks will be skipped", output, job["fingerprint"][:12])
-            return old
-        if not overwrite:
-            raise PlanConflictError(
-                f"{output} already holds a different plan: {'; '.join(_differences(old, job))}",
-                hint="use a new --output, `submit --resume` to continue the existing plan, or --overwrite to start over",
-            )
-        log.warning("--overwrite: removing the previous plan and its shards from %s", output)
-        clear_output(output)
+
+def _commit(output: Path, staging: Path, plan: Plan, job: Job) -> None:
+    """Move the staged records into place, then tokenizer.json, then job.json (which names them) last."""
+    target = output / PLAN_DIR
+    if target.exists():     # no job.json names it (a run that died between the two renames): stale
+        shutil.rmtree(target)
+    os.replace(staging, target)
+    fsync_dir(output)
     with atomic_writer(output / TOKENIZER_FILE) as f:
         f.write(plan.tokenizer.json.encode("utf-8"))
-    write_json_atomic(job_path, job)
-    return job
+    write_json_atomic(output / JOB_FILE, job.to_dict())
+
+
+def write_plan(output: Path, plan: Plan, *, overwrite: bool = False, lustre: dict | None = None) -> Job:
+    """Freeze ``plan`` into ``output`` (creating it), or accept an identical existing plan.
+
+    ``lustre`` records the Lustre layout applied (not fingerprinted).  Returns the job as stored.
+    Raises PlanConflictError when a different plan is already there.  The records are written to a
+    hidden staging directory first (the fingerprint is known only once every task was generated).
+    """
+    output.mkdir(parents=True, exist_ok=True)
+    staging = temp_name_for(output / PLAN_DIR)
+    try:
+        job = _write_records(plan, staging, lustre)
+        old = _existing_plan(output / JOB_FILE)
+        if isinstance(old, Job) and old.fingerprint == job.fingerprint:
+            log.info("%s already holds this plan (%s); finished tasks will be skipped", output, job.fingerprint[:12])
+            return old
+        if old is not None and not overwrite:
+            why = _differences(output, old, job, plan) if isinstance(old, Job) else [old]
+            raise PlanConflictError(
+                f"{output} already holds a different plan: {'; '.join(why)}",
+                hint="use a new --output, `submit --resume` to continue the existing plan, or --overwrite to start over",
+            )
+        if old is not None:
+            log.warning("--overwrite: removing the previous plan and its shards from %s", output)
+            clear_output(output, keep=staging)
+        _commit(output, staging, plan, job)
+        return job
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def require_documents_possible(inputs: list[InputFile]) -> None:

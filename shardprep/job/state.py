@@ -4,56 +4,63 @@ task.  Status, resume, finalize and the Slurm view all read it from here (never 
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
-import orjson
-
-from shardprep.errors import ConfigError, IncompleteError
+from shardprep.errors import ConfigError, RecordError
+from shardprep.job.schema import Job, Sidecar
+from shardprep.job.schema.sidecar import SidecarSummary
+from shardprep.job.schema.fields import read_record
 from shardprep.shard.format import JOB_FILE, shard_name, sidecar_name
 
 log = logging.getLogger(__name__)
 
 
-def load_job(output: Path) -> dict:
-    """Read ``<output>/job.json``; a clear error when there is none (nothing planned there)."""
-    path = Path(output) / JOB_FILE
+def load_job(output: Path) -> Job:
+    """Read ``<output>/job.json``; a clear error when there is none (nothing planned there) or the output
+    is a file."""
     try:
-        return orjson.loads(path.read_bytes())
-    except FileNotFoundError:
-        raise IncompleteError(f"{output} holds no {JOB_FILE}", hint="run `shardprep plan` or `submit` first") from None
+        return read_record(Path(output) / JOB_FILE, Job.parse, hint="run `shardprep plan` or `submit` first")
     except NotADirectoryError:
         raise ConfigError(f"output directory {output} is a file, not a directory") from None
-    except orjson.JSONDecodeError as e:
-        raise IncompleteError(f"{path} is not valid JSON ({e})") from None
 
 
-def read_sidecar(output: Path, task: int) -> dict | None:
+def check_task(output: Path, job: Job, task: int, *,
+               listing: set[str] | None = None) -> tuple[Sidecar | None, str | None]:
+    """``(sidecar, None)`` when task ``task`` counts as done, else ``(sidecar or None, why not)``.
+
+    Done means: a sidecar that parses, names this plan's fingerprint, and a shard of the size it records.
+    An unreadable or malformed sidecar is not an error here: the task is simply redone.  ``listing``
+    (the output directory's names, listed once) spares a failing open per task that has no sidecar.
+    """
+    name = sidecar_name(task)
+    if listing is not None and name not in listing:
+        return None, "no sidecar"
+    path = os.path.join(output, name)
     try:
-        return orjson.loads((Path(output) / sidecar_name(task)).read_bytes())
-    except (FileNotFoundError, orjson.JSONDecodeError):
-        return None
-
-
-def sidecar_problem(output: Path, job: dict, task: int, sidecar: dict | None) -> str | None:
-    """Why task ``task`` does not count as done (None when it does)."""
-    if sidecar is None:
-        return "no sidecar"
-    if sidecar.get("plan_fingerprint") != job["fingerprint"]:
-        return "sidecar belongs to another plan"
-    try:
-        size = (Path(output) / shard_name(task)).stat().st_size
+        with open(path, "rb") as f:
+            sidecar = Sidecar.parse(f.read(), path)
     except FileNotFoundError:
-        return "shard file missing"
-    if size != sidecar.get("bytes"):
-        return f"shard size {size} != sidecar's {sidecar.get('bytes')}"
-    return None
+        return None, "no sidecar"
+    except RecordError as e:
+        return None, f"sidecar unreadable ({e})"
+    if sidecar.plan_fingerprint != job.fingerprint:
+        return sidecar, "sidecar belongs to another plan"
+    try:
+        size = os.stat(os.path.join(output, shard_name(task))).st_size
+    except FileNotFoundError:
+        return sidecar, "shard file missing"
+    if size != sidecar.bytes:
+        return sidecar, f"shard size {size} != sidecar's {sidecar.bytes}"
+    return sidecar, None
 
 
 @dataclass
 class JobState:
     n_tasks: int
-    done: dict[int, dict] = field(default_factory=dict)      # task -> sidecar
+    done: dict[int, SidecarSummary] = field(default_factory=dict)   # task -> what its sidecar says
     problems: dict[int, str] = field(default_factory=dict)   # task -> why not done
 
     @property
@@ -65,20 +72,26 @@ class JobState:
         return not self.problems
 
     def totals(self) -> dict[str, int]:
-        keys = ("documents", "tokens", "bytes", "samples")
-        out = {k: sum(int(s.get(k, 0)) for s in self.done.values()) for k in keys}
-        out["skipped"] = sum(sum(s.get("skipped", {}).values()) for s in self.done.values())
-        return out
+        done = self.done.values()
+        return {"documents": sum(s.documents for s in done), "tokens": sum(s.tokens for s in done),
+                "bytes": sum(s.bytes for s in done), "samples": sum(s.samples for s in done),
+                "skipped": sum(s.skipped_total for s in done)}
 
 
-def job_state(output: Path, job: dict | None = None) -> JobState:
+def job_state(output: Path, job: Job | None = None, *,
+              on_done: Callable[[Sidecar], None] | None = None) -> JobState:
+    """Done and missing tasks from the sidecars: one directory listing, one read per existing sidecar,
+    job.json read at most once (linear in the number of tasks).  ``on_done`` sees each finished task's
+    whole sidecar (the state keeps a summary), for callers that need more than ``status`` does."""
     job = job if job is not None else load_job(output)
-    state = JobState(len(job["tasks"]))
+    state = JobState(job.n_tasks)
+    listing = set(os.listdir(output))
     for t in range(state.n_tasks):
-        sc = read_sidecar(output, t)
-        problem = sidecar_problem(output, job, t, sc)
+        sidecar, problem = check_task(output, job, t, listing=listing)
         if problem is None:
-            state.done[t] = sc  # type: ignore[assignment]
+            state.done[t] = sidecar.summary()  # type: ignore[union-attr]
+            if on_done is not None:
+                on_done(sidecar)  # type: ignore[arg-type]
         else:
             state.problems[t] = problem
     return state

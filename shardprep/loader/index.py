@@ -12,68 +12,38 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import orjson
 
 from shardprep.errors import IncompleteError, InputDataError
-from shardprep.shard.format import DTYPES, FORMAT_VERSION, INDEX_FILE, LAYOUTS
-from shardprep.shard.reader import ByteSource, Chunk, read_chunk
+from shardprep.job.schema import ChunkTable, Index, IndexShard, IndexTokenizer, Sidecar
+from shardprep.shard.format import INDEX_FILE
+from shardprep.shard.reader import ByteSource, read_chunk
 from shardprep.loader.sources import StorageOptions, join, object_sizes, open_source, read_bytes, sha256_of
 
 log = logging.getLogger(__name__)
 
 _TOTALS = ("samples", "documents", "tokens")
-_TABLE_FIELDS = ("key", "tokens_offset", "tokens", "docs", "doclens_offset", "doclens_itemsize")
-
-
-@dataclass(frozen=True)
-class ShardEntry:
-    """One shard as listed in index.json."""
-
-    name: str
-    sidecar: str
-    bytes: int
-    sha256: str
-    samples: int
-    documents: int
-    tokens: int
-
-
-@dataclass
-class ChunkTable:
-    """A shard's samples (chunks) in file order, as int64 arrays; ``doc_start`` numbers documents."""
-
-    keys: list[str]
-    tokens: np.ndarray
-    docs: np.ndarray
-    tokens_offset: np.ndarray
-    doclens_offset: np.ndarray
-    doclens_itemsize: np.ndarray
-    payload_bytes: np.ndarray | None = None     # legacy JSON members: byte size of each token payload
-    doc_start: np.ndarray = field(init=False)   # index (within the shard) of each chunk's first document
-
-    def __post_init__(self) -> None:
-        self.doc_start = np.concatenate([[0], np.cumsum(self.docs)[:-1]]).astype(np.int64)
-
-    def chunk(self, i: int) -> Chunk:
-        return Chunk(i, self.keys[i], int(self.tokens_offset[i]), int(self.tokens[i]), int(self.docs[i]),
-                     int(self.doclens_offset[i]), int(self.doclens_itemsize[i]))
 
 
 @dataclass
 class DatasetIndex:
-    """A dataset the loader can read: its shards, tokenizer ids and a fingerprint for resume checks."""
+    """A dataset the loader can read: its shards, tokenizer ids and a fingerprint for resume checks.
+
+    ``record`` is the parsed index.json (None for legacy tars, which have none).
+    """
 
     root: str
     layout: str
     dtype: str
-    tokenizer: dict
-    shards: list[ShardEntry]
+    tokenizer: IndexTokenizer | None
+    shards: list[IndexShard]
     fingerprint: str
     storage: StorageOptions | None = None
-    raw: dict = field(default_factory=dict, repr=False)
+    record: Index | None = None
 
     def __post_init__(self) -> None:
         self.shard_tokens = np.array([s.tokens for s in self.shards], dtype=np.int64)
@@ -85,8 +55,8 @@ class DatasetIndex:
         return join(self.root, name)
 
     def special_id(self, name: str) -> int | None:
-        v = self.tokenizer.get(name)
-        return None if v is None else int(v)
+        """``eos_id``, ``bos_id`` or ``pad_id`` of the dataset's tokenizer (None when it has none)."""
+        return None if self.tokenizer is None else getattr(self.tokenizer, name)
 
     # -- reading (overridden by the legacy reader) --------------------------------------------------
     def chunk_table(self, shard: int) -> ChunkTable:
@@ -94,12 +64,11 @@ class DatasetIndex:
         entry = self.shards[shard]
         where = self.location(entry.sidecar)
         try:
-            side = orjson.loads(read_bytes(where, storage=self.storage))
+            side = Sidecar.parse(read_bytes(where, storage=self.storage), where)
         except FileNotFoundError:
             raise IncompleteError(f"{where}: sidecar of {entry.name} is missing") from None
-        except orjson.JSONDecodeError as e:
-            raise InputDataError(f"{where}: sidecar is not valid JSON ({e})") from None
-        return _validated_table(self, entry, side, where)
+        _check_sidecar(self, entry, side, where)
+        return side.chunks
 
     def open(self, shard: int) -> ByteSource:
         return open_source(self.location(self.shards[shard].name), storage=self.storage)
@@ -109,18 +78,19 @@ class DatasetIndex:
         return read_chunk(src, table.chunk(chunk), self.dtype)
 
 
-def _validated_table(index: DatasetIndex, entry: ShardEntry, side: dict, where: str) -> ChunkTable:
-    """The sidecar's chunk table, after checking that the sidecar belongs to this index."""
-    raw = index.raw
+def _check_sidecar(index: DatasetIndex, entry: IndexShard, side: Sidecar, where: str) -> None:
+    """The sidecar must belong to this index (its own consistency was checked when it was parsed)."""
+    rec = index.record
+    assert rec is not None, "legacy indexes have no sidecars"
     checks = [
-        ("format_version", side.get("format_version"), raw.get("format_version")),
-        ("tokenizer_fingerprint", side.get("tokenizer_fingerprint"), raw.get("tokenizer_fingerprint")),
-        ("plan_fingerprint", side.get("plan_fingerprint"), raw.get("plan_fingerprint")),
-        ("dtype", side.get("dtype"), index.dtype),
-        ("layout", side.get("layout"), index.layout),
-        ("bytes", side.get("bytes"), entry.bytes),
-        ("sha256", side.get("sha256"), entry.sha256),
-    ] + [(k, side.get(k), getattr(entry, k)) for k in _TOTALS]
+        ("format_version", side.format_version, rec.format_version),
+        ("tokenizer_fingerprint", side.tokenizer_fingerprint, rec.tokenizer_fingerprint),
+        ("plan_fingerprint", side.plan_fingerprint, rec.plan_fingerprint),
+        ("dtype", side.dtype, index.dtype),
+        ("layout", side.layout, index.layout),
+        ("bytes", side.bytes, entry.bytes),
+        ("sha256", side.sha256, entry.sha256),
+    ] + [(k, getattr(side, k), getattr(entry, k)) for k in _TOTALS]
     for key, got, want in checks:
         if got != want:
             what = "a different tokenizer" if key == "tokenizer_fingerprint" else \
@@ -129,72 +99,38 @@ def _validated_table(index: DatasetIndex, entry: ShardEntry, side: dict, where: 
                 f"{where}: {key} is {got!r} but index.json says {want!r}: shard {entry.name} comes from "
                 f"{what} than the rest of the dataset",
                 hint="re-run `shardprep finalize` or remove the foreign shard")
-    try:
-        t = side["chunks"]
-        cols = {k: np.asarray(t[k], dtype=np.int64) for k in _TABLE_FIELDS[1:]}
-        keys = list(t["key"])
-    except (KeyError, TypeError, ValueError) as e:
-        raise InputDataError(f"{where}: malformed chunk table ({e!r})") from None
-    if any(len(c) != len(keys) for c in cols.values()) or len(keys) != entry.samples:
-        raise InputDataError(f"{where}: chunk table columns disagree with samples={entry.samples}")
-    table = ChunkTable(keys, **cols)
-    if int(table.tokens.sum()) != entry.tokens or int(table.docs.sum()) != entry.documents:
-        raise InputDataError(f"{where}: chunk table totals do not match tokens={entry.tokens} "
-                             f"documents={entry.documents}")
-    return table
 
 
 def _fingerprint(parts: object) -> str:
     return hashlib.sha256(orjson.dumps(parts)).hexdigest()
 
 
-def read_index(root: str, *, storage: StorageOptions | None = None) -> tuple[dict, list[ShardEntry]]:
-    """Read and check ``root/index.json`` as a document: (its contents, its shards).
-
-    Checked: it is JSON, an object, of our format version, with a known layout and dtype and a non-empty,
-    well-formed shard list; every failure is one InputDataError naming the file (a torn or foreign
-    index.json must not surface as a KeyError).  The files it lists are not looked at here: the loader
-    checks them all at once (:func:`load_index`), ``shardprep verify`` shard by shard.
-    """
+def read_index(root: str | Path, *, storage: StorageOptions | None = None) -> Index:
+    """Read and check ``root/index.json`` as a record (``job.schema.Index``: version, layout, dtype, every
+    field's type; errors name the file and the field, a torn or foreign index is never a KeyError).
+    The files it lists are not looked at here: the loader checks them all at once (:func:`load_index`),
+    ``shardprep verify`` shard by shard."""
     where = join(str(root), INDEX_FILE)
     try:
-        raw = orjson.loads(read_bytes(where, storage=storage))
+        data = read_bytes(where, storage=storage)
     except (FileNotFoundError, NotADirectoryError):
         raise InputDataError(f"{where} does not exist: not a finalized shardprep output",
                              hint="run `shardprep finalize`, or pass legacy tars (token_ids.json samples)") from None
-    except orjson.JSONDecodeError as e:
-        raise InputDataError(f"{where}: not valid JSON ({e}): torn, or not written by shardprep") from None
-    if not isinstance(raw, dict):
-        raise InputDataError(f"{where}: not a shardprep index (a JSON {type(raw).__name__}, not an object)")
-    version = raw.get("format_version")
-    if version != FORMAT_VERSION:
-        raise InputDataError(f"{where}: format_version {version!r} is not supported (this shardprep reads "
-                             f"version {FORMAT_VERSION})", hint="use the shardprep release that wrote it")
-    layout, dtype = raw.get("layout"), raw.get("dtype")
-    if layout not in LAYOUTS or dtype not in DTYPES:
-        raise InputDataError(f"{where}: unknown layout {layout!r} or dtype {dtype!r}")
-    try:
-        shards = [ShardEntry(s["name"], s["sidecar"], int(s["bytes"]), s["sha256"], int(s["samples"]),
-                             int(s["documents"]), int(s["tokens"])) for s in raw["shards"]]
-    except (KeyError, TypeError, ValueError) as e:
-        raise InputDataError(f"{where}: malformed shard list ({e!r})") from None
-    if not shards:
-        raise InputDataError(f"{where}: lists no shards")
-    return raw, shards
+    return Index.parse(data, where)
 
 
 def load_index(root: str, *, verify: bool = False, storage: StorageOptions | None = None) -> DatasetIndex:
     """Read ``root/index.json``, check it against the files next to it, and return the dataset.
 
-    Always checked: format version, layout, dtype, every listed shard exists with the listed size.
-    With ``verify``: every sidecar (as when a worker opens it) and every shard's sha256.
+    Always checked: the record itself (:func:`read_index`) and that every listed shard exists with the
+    listed size.  With ``verify``: every sidecar (as when a worker opens it) and every shard's sha256.
     """
     root = str(root)
-    raw, shards = read_index(root, storage=storage)
-    fingerprint = _fingerprint([raw["format_version"], raw.get("plan_fingerprint"), raw.get("tokenizer_fingerprint"),
+    rec = read_index(root, storage=storage)
+    shards = list(rec.shards)
+    fingerprint = _fingerprint([rec.format_version, rec.plan_fingerprint, rec.tokenizer_fingerprint,
                                 [[s.name, s.bytes, s.sha256] for s in shards]])
-    index = DatasetIndex(root, raw["layout"], raw["dtype"], dict(raw.get("tokenizer") or {}), shards, fingerprint,
-                         storage, raw)
+    index = DatasetIndex(root, rec.layout, rec.dtype, rec.tokenizer, shards, fingerprint, storage, rec)
     _check_files(index)
     if verify:
         verify_all(index)

@@ -15,13 +15,15 @@ import logging
 import re
 import tarfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import orjson
 
 from shardprep.errors import ConfigError, InputDataError
-from shardprep.loader.index import ChunkTable, DatasetIndex, ShardEntry
+from shardprep.job.schema import ChunkTable, IndexShard
+from shardprep.loader.index import DatasetIndex
 from shardprep.shard.reader import ByteSource
 
 log = logging.getLogger(__name__)
@@ -77,16 +79,28 @@ def _scan(path: str) -> tuple[list[str], list[int], list[int], list[int], int]:
     return keys, offsets, sizes, counts, empty
 
 
+@dataclass(frozen=True)
+class LegacyChunkTable(ChunkTable):
+    """A scanned legacy tar: one single-document chunk per ``token_ids.json`` member, plus its byte size."""
+
+    payload_bytes: tuple[int, ...] = ()
+
+    @classmethod
+    def scanned(cls, keys: list[str], offsets: list[int], sizes: list[int], counts: list[int]) -> "LegacyChunkTable":
+        n = len(keys)
+        return cls(tuple(keys), tuple(offsets), tuple(counts), (1,) * n, (-1,) * n, (0,) * n, tuple(sizes))
+
+
 class LegacyIndex(DatasetIndex):
     """A DatasetIndex built by scanning tars; chunks are single documents read as JSON."""
 
-    def __init__(self, paths: list[str], tables: list[ChunkTable]):
-        shards = [ShardEntry(p, "", Path(p).stat().st_size, "", len(t.keys), len(t.keys), int(t.tokens.sum()))
+    def __init__(self, paths: list[str], tables: list[LegacyChunkTable]):
+        shards = [IndexShard(p, "", Path(p).stat().st_size, "", len(t), len(t), sum(t.tokens))
                   for p, t in zip(paths, tables)]
         fingerprint = hashlib.sha256(orjson.dumps(
             [[Path(s.name).name, s.bytes, s.tokens, s.documents] for s in shards])).hexdigest()
         root = str(Path(paths[0]).parent)
-        super().__init__(root, "doc", "json", {}, shards, fingerprint, None, {"legacy": True})
+        super().__init__(root, "doc", "json", None, shards, fingerprint, None, None)
         self._tables = tables
 
     def location(self, name: str) -> str:
@@ -96,10 +110,11 @@ class LegacyIndex(DatasetIndex):
         return self._tables[shard]
 
     def read(self, src: ByteSource, table: ChunkTable, chunk: int) -> tuple[np.ndarray, np.ndarray]:
-        raw = src.read(int(table.tokens_offset[chunk]), int(table.payload_bytes[chunk]))
+        assert isinstance(table, LegacyChunkTable)
+        raw = src.read(table.tokens_offset[chunk], table.payload_bytes[chunk])
         tokens = np.asarray(orjson.loads(raw), dtype=np.int64)
         if tokens.ndim != 1 or len(tokens) != table.tokens[chunk]:
-            raise ValueError(f"{table.keys[chunk]}.{FIELD} changed since the shard was scanned")
+            raise ValueError(f"{table.key[chunk]}.{FIELD} changed since the shard was scanned")
         return tokens, np.array([len(tokens)], dtype=np.int64)
 
 
@@ -109,14 +124,9 @@ def load_legacy(paths: list[str]) -> LegacyIndex:
     tables, empty_total = [], 0
     for path in paths:
         keys, offsets, sizes, counts, empty = _scan(path)
-        n = len(keys)
-        tables.append(ChunkTable(keys, tokens=np.array(counts, dtype=np.int64), docs=np.ones(n, dtype=np.int64),
-                                 tokens_offset=np.array(offsets, dtype=np.int64),
-                                 doclens_offset=np.full(n, -1, dtype=np.int64),
-                                 doclens_itemsize=np.zeros(n, dtype=np.int64),
-                                 payload_bytes=np.array(sizes, dtype=np.int64)))
+        tables.append(LegacyChunkTable.scanned(keys, offsets, sizes, counts))
         empty_total += empty
-    docs = sum(len(t.keys) for t in tables)
+    docs = sum(len(t) for t in tables)
     if docs == 0:
         raise InputDataError(f"no {FIELD} samples found in {len(paths)} legacy tar(s), e.g. {paths[0]}")
     if empty_total:

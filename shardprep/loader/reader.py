@@ -15,7 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from shardprep.errors import InputDataError, ShardprepError
-from shardprep.loader.index import ChunkTable, DatasetIndex
+from shardprep.job.schema import ChunkTable
+from shardprep.loader.index import DatasetIndex
 from shardprep.loader.order import doc_order
 from shardprep.shard.reader import ByteSource
 
@@ -77,8 +78,8 @@ class ChunkReader:
         self._chunks: OrderedDict[tuple[int, int], DecodedChunk] = OrderedDict()
         self._cached = 0
         self.reads = 0          # chunks decoded (for tests and the benchmark)
-        vocab = index.tokenizer.get("vocab_size")
-        self._vocab_size = int(vocab) if isinstance(vocab, int) and vocab > 0 else None
+        vocab = index.tokenizer.vocab_size if index.tokenizer is not None else None   # None: legacy tars
+        self._vocab_size = vocab if vocab is not None and vocab > 0 else None
 
     def table(self, shard: int) -> ChunkTable:
         t = self.tables.get(shard)
@@ -88,7 +89,7 @@ class ChunkReader:
 
     def chunk_sizes(self, shard: int, unit: str) -> np.ndarray:
         t = self.table(shard)
-        return t.tokens if unit == "tokens" else t.docs
+        return t.tokens_array if unit == "tokens" else t.docs_array
 
     def _source(self, shard: int) -> ByteSource:
         src = self._sources.get(shard)
@@ -123,13 +124,13 @@ class ChunkReader:
         except ShardprepError:
             raise
         except (EOFError, OSError, ValueError) as e:
-            raise InputDataError(f"corrupt or truncated shard {where}: sample {table.keys[chunk]}: {e}",
+            raise InputDataError(f"corrupt or truncated shard {where}: sample {table.key[chunk]}: {e}",
                                  hint="run `shardprep verify` and re-run the task that wrote it") from None
         if len(lens) != table.docs[chunk] or int(lens.sum()) != len(tokens):
-            raise InputDataError(f"corrupt shard {where}: sample {table.keys[chunk]}: document lengths sum to "
+            raise InputDataError(f"corrupt shard {where}: sample {table.key[chunk]}: document lengths sum to "
                                  f"{int(lens.sum())} for {len(tokens)} tokens ({len(lens)} documents, sidecar "
                                  f"says {int(table.docs[chunk])})", hint="run `shardprep verify`")
-        self._check_ids(tokens, where, table.keys[chunk], chunk)
+        self._check_ids(tokens, where, table.key[chunk], chunk)
         self.reads += 1
         order = doc_order(len(lens), seed=self.seed, epoch=self.epoch, shard=shard, chunk=chunk,
                           shuffle=self.shuffle)

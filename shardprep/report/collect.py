@@ -1,7 +1,7 @@
 """Read an output's files into the typed values the report needs: the one place that knows their fields.
 
 job.json, index.json, the sidecars and the frozen tokenizer are read here and nowhere else in
-``shardprep.report`` (when the typed records of ``job/schema.py`` land, only this module changes).
+``shardprep.report``, through the typed records of ``job.schema`` (errors name the file and the field).
 
 Two kinds of location:
 
@@ -18,13 +18,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-import orjson
+from typing import Callable, TypeVar
 
 from shardprep.errors import IncompleteError, InputDataError
-from shardprep.executor.slurm.state import _task_input_bytes, slurm_status_json
+from shardprep.executor.slurm.state import slurm_status_json
+from shardprep.job import schema
+from shardprep.job.plan_files import TaskTable
+from shardprep.job.schema import ChunkTable, Index, Job
 from shardprep.job.state import JobState, job_state
-from shardprep.loader.index import ChunkTable
 from shardprep.loader.sources import is_s3, join, object_sizes, read_bytes
 from shardprep.report.logs import LOG_NAME_RE, TaskLog, parse_task_log
 from shardprep.shard.format import INDEX_FILE, JOB_FILE, LOG_DIR, TOKENIZER_FILE
@@ -32,7 +33,7 @@ from shardprep.shard.format import INDEX_FILE, JOB_FILE, LOG_DIR, TOKENIZER_FILE
 log = logging.getLogger(__name__)
 
 _READ_THREADS = 16   # parallel small reads (sidecars, logs); what matters on S3 and Lustre
-_TABLE = ("tokens_offset", "tokens", "docs", "doclens_offset", "doclens_itemsize")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -103,11 +104,12 @@ class Output:
         return [t.sidecar for t in self.tasks if t.sidecar is not None]
 
 
-def _json(location: str, what: str) -> dict:
+def _record(location: str, parse: Callable[[bytes, str], R]) -> R | None:
+    """A record file parsed (errors name the file and field); None when it does not exist."""
     try:
-        return orjson.loads(read_bytes(location))
-    except orjson.JSONDecodeError as e:
-        raise InputDataError(f"{location}: {what} is not valid JSON ({e})") from None
+        return parse(read_bytes(location), location)
+    except FileNotFoundError:
+        return None
 
 
 def _optional_text(location: str) -> str | None:
@@ -117,30 +119,16 @@ def _optional_text(location: str) -> str | None:
         return None
 
 
-def parse_sidecar(side: dict, where: str) -> Sidecar:
-    """The report's view of one sidecar; InputDataError naming the file and the field when malformed."""
-    try:
-        stats = side.get("stats") or {}
-        b = side.get("backend") or {}
-        examples = tuple(SkipExample(e["reason"], e["file"], e.get("line"), e.get("byte"), int(side["task"]))
-                         for e in side.get("skipped_examples", []))
-        t = side["chunks"]
-        table = ChunkTable(list(t["key"]), **{k: _int_column(t[k]) for k in _TABLE})
-        return Sidecar(
-            task=int(side["task"]), shard=side["shard"], tokens=int(side["tokens"]),
-            documents=int(side["documents"]), samples=int(side["samples"]), bytes=int(side["bytes"]),
-            elapsed_s=stats.get("elapsed_s"), tokens_per_s=stats.get("tokens_per_s"),
-            backend=Backend(b.get("name"), b.get("version"), b.get("requested"), b.get("fallback_reason")),
-            skipped={k: int(v) for k, v in side.get("skipped", {}).items()}, skip_examples=examples,
-            chunks=table)
-    except KeyError as e:
-        raise InputDataError(f"{where}: sidecar field {e} is missing") from None
-    except (TypeError, ValueError) as e:
-        raise InputDataError(f"{where}: malformed sidecar ({e})") from None
-
-
-def _int_column(values: list) -> np.ndarray:
-    return np.asarray(values, dtype=np.int64)
+def report_sidecar(side: schema.Sidecar) -> Sidecar:
+    """The report's view of one (parsed and validated) sidecar."""
+    b = side.backend
+    examples = tuple(SkipExample(e.get("reason", "?"), e.get("file", "?"), e.get("line"), e.get("byte"), side.task)
+                     for e in side.skipped_examples)
+    return Sidecar(
+        task=side.task, shard=side.shard, tokens=side.tokens, documents=side.documents, samples=side.samples,
+        bytes=side.bytes, elapsed_s=side.elapsed_s, tokens_per_s=side.stats.get("tokens_per_s"),
+        backend=Backend(b.get("name"), b.get("version"), b.get("requested"), b.get("fallback_reason")),
+        skipped=dict(side.skipped), skip_examples=examples, chunks=side.chunks)
 
 
 def _read_logs(location: str) -> dict[int, TaskLog]:
@@ -162,42 +150,46 @@ def _read_logs(location: str) -> dict[int, TaskLog]:
         return {t.task: t for t in pool.map(one, names) if t is not None}
 
 
-def _tokenizer_record(job: dict | None, index: dict | None) -> dict:
+def _tokenizer_record(job: Job | None, index: Index | None) -> dict:
     if job is not None:
-        opts = job["options"]
-        return {**job["tokenizer"], "add_eos": opts["add_eos"], "add_bos": opts["add_bos"]}
-    return dict(index["tokenizer"])  # type: ignore[index]
+        return {**job.tokenizer.to_dict(), "add_eos": job.options.add_eos, "add_bos": job.options.add_bos}
+    return index.tokenizer.to_dict()  # type: ignore[union-attr]
 
 
-def _local_tasks(out: Output, job: dict) -> list[Task]:
+def _planned_bytes(location: str, job: Job | None) -> list[int]:
+    """Input bytes of every planned task (progress weights), from the plan's records (local outputs)."""
+    if job is None or is_s3(location) or not Path(location, "plan").is_dir():
+        return []
+    with TaskTable(Path(location), job) as table:
+        return [task.input_bytes for task in table]
+
+
+def _local_tasks(out: Output, job: Job) -> list[Task]:
     """Every planned task of a local output, done or not (``job_state``: the sidecars decide), plus the
     Slurm view of the ones not done when the job went through a Slurm executor (squeue, like ``status``)."""
     output = Path(out.location)
-    out.job_state = state = job_state(output, job)
+    sidecars: dict[int, Sidecar] = {}
+    out.job_state = state = job_state(output, job, on_done=lambda s: sidecars.__setitem__(s.task, report_sidecar(s)))
     out.slurm = slurm_status_json(output, state)
-    tasks = []
-    for t in range(state.n_tasks):
-        side = state.done.get(t)
-        parsed = parse_sidecar(side, str(output / side["shard"])) if side is not None else None
-        tasks.append(Task(t, _task_input_bytes(job, t), parsed, state.problems.get(t)))
-    return tasks
+    planned = _planned_bytes(out.location, job)
+    return [Task(t, planned[t] if t < len(planned) else 0, sidecars.get(t), state.problems.get(t))
+            for t in range(state.n_tasks)]
 
 
-def _indexed_tasks(location: str, index: dict, job: dict | None) -> list[Task]:
+def _indexed_tasks(location: str, index: Index, job: Job | None) -> list[Task]:
     """Tasks of a finalized output at any location: the shards index.json lists, all done."""
-    n_planned = len(job["tasks"]) if job is not None else 0
+    planned = _planned_bytes(location, job)
 
-    def one(entry: dict) -> Sidecar:
-        where = join(location, entry["sidecar"])
-        try:
-            return parse_sidecar(_json(where, "sidecar"), where)
-        except FileNotFoundError:
-            raise IncompleteError(f"{where}: sidecar of {entry['name']} is missing") from None
+    def one(entry: schema.IndexShard) -> Sidecar:
+        where = join(location, entry.sidecar)
+        side = _record(where, schema.Sidecar.parse)
+        if side is None:
+            raise IncompleteError(f"{where}: sidecar of {entry.name} is missing")
+        return report_sidecar(side)
 
     with ThreadPoolExecutor(_READ_THREADS) as pool:
-        sidecars = list(pool.map(one, index["shards"]))
-    return [Task(s.task, _task_input_bytes(job, s.task) if s.task < n_planned else 0, s, None)  # type: ignore
-            for s in sidecars]
+        sidecars = list(pool.map(one, index.shards))
+    return [Task(s.task, planned[s.task] if s.task < len(planned) else 0, s, None) for s in sidecars]
 
 
 def collect(location: str | Path) -> Output:
@@ -206,35 +198,24 @@ def collect(location: str | Path) -> Output:
     remote = is_s3(location)
     if not remote and not Path(location).is_dir():
         raise InputDataError(f"{location} is not a directory", hint="give the job's OUTPUT directory")
-    try:
-        index: dict | None = _json(join(location, INDEX_FILE), "index")
-    except FileNotFoundError:
-        index = None
-    try:
-        job: dict | None = _json(join(location, JOB_FILE), "job plan")
-    except FileNotFoundError:
-        job = None
+    index = _record(join(location, INDEX_FILE), Index.parse)
+    job = _record(join(location, JOB_FILE), Job.parse)
     if job is None and index is None:
         raise IncompleteError(f"{location} holds neither {JOB_FILE} nor {INDEX_FILE}",
                               hint="give the OUTPUT directory of a job (`shardprep submit --output`)")
     if remote and index is None:
         raise IncompleteError(f"{location} holds no {INDEX_FILE}: a report on a remote output needs a "
                               f"finalized job", hint="run `shardprep report` on the job's local directory")
-    try:
-        src = job if job is not None else index
-        opts = (job or {}).get("options", {})
-        out = Output(
-            location=location, finalized=index is not None,
-            layout=opts.get("layout") or index["layout"], dtype=src["tokenizer"]["dtype"],  # type: ignore
-            fingerprint=job["fingerprint"] if job is not None else index["plan_fingerprint"],  # type: ignore
-            tokenizer=_tokenizer_record(job, index),
-            tokenizer_json=_optional_text(join(location, TOKENIZER_FILE)),
-            chunk_tokens=opts.get("chunk_tokens"),
-            target_task_bytes=((job or {}).get("plan_options") or {}).get("target_task_bytes"))
-        out.tasks = _local_tasks(out, job) if job is not None and not remote \
-            else _indexed_tasks(location, index, job)  # type: ignore[arg-type]
-    except KeyError as e:
-        raise InputDataError(f"{location}: {JOB_FILE if job is not None else INDEX_FILE} has no field {e}") \
-            from None
+    out = Output(
+        location=location, finalized=index is not None,
+        layout=job.options.layout if job is not None else index.layout,  # type: ignore[union-attr]
+        dtype=job.tokenizer.dtype if job is not None else index.dtype,  # type: ignore[union-attr]
+        fingerprint=job.fingerprint if job is not None else index.plan_fingerprint,  # type: ignore[union-attr]
+        tokenizer=_tokenizer_record(job, index),
+        tokenizer_json=_optional_text(join(location, TOKENIZER_FILE)),
+        chunk_tokens=job.options.chunk_tokens if job is not None else None,
+        target_task_bytes=job.plan_options.target_task_bytes if job is not None else None)
+    out.tasks = _local_tasks(out, job) if job is not None and not remote \
+        else _indexed_tasks(location, index, job)  # type: ignore[arg-type]
     out.logs = _read_logs(location)
     return out

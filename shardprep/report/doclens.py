@@ -60,9 +60,9 @@ def doc_lengths(out: Output, max_chunks: int = DEFAULT_MAX_CHUNKS) -> DocLengths
     """Document lengths of the done shards of ``out`` (see the module docstring for when it samples)."""
     done = out.done
     n_docs = sum(s.documents for s in done)
-    counts = [len(s.chunks.keys) for s in done]
+    counts = [len(s.chunks) for s in done]
     if out.layout == "doc":
-        lengths = np.concatenate([s.chunks.tokens for s in done]) if done else np.zeros(0, np.int64)
+        lengths = np.concatenate([s.chunks.tokens_array for s in done]) if done else np.zeros(0, np.int64)
         return DocLengths(lengths.astype(np.int64), 0, sum(counts), n_docs)
     by_shard: dict[int, list[int]] = defaultdict(list)
     for shard, chunk in chunk_picks(counts, max_chunks):

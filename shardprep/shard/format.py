@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import re
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 1          # shards, sidecars, index.json (and the plan fingerprint's body)
+PLAN_FORMAT_VERSION = 2     # job.json + plan/: 2 = per-task records in plan/ (issue 16); 1 had them inline
 JOB_FILE = "job.json"
+PLAN_DIR = "plan"
+PLAN_RECORDS_FILE = "plan/tasks.jsonl"
+PLAN_TABLE_FILE = "plan/tasks.idx"
 INDEX_FILE = "index.json"
 TOKENIZER_FILE = "tokenizer.json"
 LOG_DIR = "logs"

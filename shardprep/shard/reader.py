@@ -1,5 +1,6 @@
 """Read shards: one ranged read per sample through the sidecar's chunk table, or a full tar walk.
 
+Where a sample lies comes from the sidecar's chunk table (``job.schema.sidecar.ChunkTable``).
 ``ByteSource`` is the seam between "where the bytes live" (a local/Lustre file via ``pread``, an S3
 object via ranged GETs in ``shardprep.loader.sources``) and the decoding of samples, which is the same
 for both.
@@ -15,6 +16,7 @@ from typing import Iterator, Protocol
 
 import numpy as np
 
+from shardprep.job.schema.sidecar import Chunk, Sidecar
 from shardprep.shard.format import DTYPE_FOR_EXT, DTYPES
 
 
@@ -51,28 +53,6 @@ class LocalSource:
             pass
 
 
-@dataclass(frozen=True)
-class Chunk:
-    """One sample's location, taken from a sidecar's columnar ``chunks`` table."""
-
-    index: int
-    key: str
-    tokens_offset: int
-    tokens: int
-    docs: int
-    doclens_offset: int
-    doclens_itemsize: int
-
-
-def chunks_of(sidecar: dict) -> list[Chunk]:
-    t = sidecar["chunks"]
-    return [
-        Chunk(i, t["key"][i], t["tokens_offset"][i], t["tokens"][i], t["docs"][i], t["doclens_offset"][i],
-              t["doclens_itemsize"][i])
-        for i in range(len(t["key"]))
-    ]
-
-
 def read_chunk(src: ByteSource, chunk: Chunk, dtype: str) -> tuple[np.ndarray, np.ndarray]:
     """Return ``(tokens, doclens)`` of one sample with exactly two ranged reads (one in doc layout)."""
     dt = np.dtype(DTYPES[dtype])
@@ -94,12 +74,12 @@ def split_docs(tokens: np.ndarray, lens: np.ndarray) -> list[np.ndarray]:
     return np.split(tokens, np.cumsum(lens)[:-1]) if len(lens) else []
 
 
-def iter_shard_documents(path: str | Path, sidecar: dict) -> Iterator[np.ndarray]:
+def iter_shard_documents(path: str | Path, sidecar: Sidecar) -> Iterator[np.ndarray]:
     """Every document of a local shard, in order, as a 1-D array of the shard's dtype."""
     src = LocalSource(path)
     try:
-        for ch in chunks_of(sidecar):
-            tokens, lens = read_chunk(src, ch, sidecar["dtype"])
+        for ch in sidecar.chunks.chunks():
+            tokens, lens = read_chunk(src, ch, sidecar.dtype)
             yield from split_docs(tokens, lens)
     finally:
         src.close()

@@ -10,39 +10,18 @@ from __future__ import annotations
 
 import os
 import tarfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from shardprep.job.schema.sidecar import ChunkTable
 from shardprep.storage.atomic import (HashingWriter, discard_temp, fsync_dir, no_space_error, start_writeback,
                                      temp_name_for)
 from shardprep.shard.format import DTYPES, EXT_FOR_DTYPE, LAYOUTS, sample_key
 
 _BLOCK = 512
 _WRITEBACK_EVERY = 32 << 20   # see ShardWriter._write_back_early
-
-
-@dataclass
-class ChunkTable:
-    """Columnar table of samples, as stored in the sidecar's ``chunks`` field."""
-
-    key: list[str] = field(default_factory=list)
-    tokens_offset: list[int] = field(default_factory=list)
-    tokens: list[int] = field(default_factory=list)
-    docs: list[int] = field(default_factory=list)
-    doclens_offset: list[int] = field(default_factory=list)
-    doclens_itemsize: list[int] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, list]:
-        return {
-            "key": self.key,
-            "tokens_offset": self.tokens_offset,
-            "tokens": self.tokens,
-            "docs": self.docs,
-            "doclens_offset": self.doclens_offset,
-            "doclens_itemsize": self.doclens_itemsize,
-        }
 
 
 @dataclass
@@ -77,7 +56,7 @@ class ShardWriter:
         self._file = open(self._tmp, "wb", buffering=4 << 20)
         self._out = HashingWriter(self._file)
         self._written_back = 0   # bytes handed to start_writeback so far
-        self.table = ChunkTable()
+        self._rows: list[tuple[str, int, int, int, int, int]] = []   # the chunk table, one row per sample
         self._pending_tokens: list[np.ndarray] = []
         self._pending_lens: list[np.ndarray] = []
         self._pending_count = 0
@@ -137,10 +116,10 @@ class ShardWriter:
             path=self.path,
             bytes=self._out.bytes_written,
             sha256=self._out.sha256.hexdigest(),
-            samples=len(self.table.key),
+            samples=len(self._rows),
             documents=self.documents,
             tokens=self.tokens,
-            chunks=self.table,
+            chunks=ChunkTable.from_rows(self._rows),
         )
 
     def abort(self) -> None:
@@ -179,7 +158,7 @@ class ShardWriter:
         return offset
 
     def _next_key(self) -> str:
-        return sample_key(self.task, len(self.table.key))
+        return sample_key(self.task, len(self._rows))
 
     def _flush_chunk(self) -> None:
         if not self._pending_count:
@@ -193,13 +172,7 @@ class ShardWriter:
         len_off = self._member(
             f"{key}.doclens.u{lens_dtype.itemsize * 8}", lens.astype(lens_dtype).tobytes()
         )
-        t = self.table
-        t.key.append(key)
-        t.tokens_offset.append(tok_off)
-        t.tokens.append(int(tokens.size))
-        t.docs.append(int(lens.size))
-        t.doclens_offset.append(len_off)
-        t.doclens_itemsize.append(lens_dtype.itemsize)
+        self._rows.append((key, tok_off, int(tokens.size), int(lens.size), len_off, lens_dtype.itemsize))
         self.documents += int(lens.size)
         self.tokens += int(tokens.size)
         self._pending_tokens, self._pending_lens, self._pending_count = [], [], 0
@@ -224,13 +197,7 @@ class ShardWriter:
         for n in lengths.tolist():
             key = self._next_key()
             off = self._member(f"{key}.tokens.{ext}", memoryview(np.ascontiguousarray(ids[pos:pos + n])).cast("B"))
-            t = self.table
-            t.key.append(key)
-            t.tokens_offset.append(off)
-            t.tokens.append(n)
-            t.docs.append(1)
-            t.doclens_offset.append(-1)
-            t.doclens_itemsize.append(0)
+            self._rows.append((key, off, n, 1, -1, 0))
             pos += n
         self.documents += len(lengths)
         self.tokens += int(lengths.sum())

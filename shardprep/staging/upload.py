@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from shardprep.errors import ConfigError, InputDataError
+from shardprep.errors import ConfigError, InputDataError, RecordError
 from shardprep.shard.format import SHARD_RE
-from shardprep.storage.atomic import read_json, sha256_file
+from shardprep.storage.atomic import sha256_file
 from shardprep.staging.manifest import RemoteObject, list_prefix, matches_filters
 from shardprep.storage.s3 import (DEFAULT_PART_SIZE, ClientOptions, check_transfer_settings,
                                         describe_client_error, make_client, parse_s3_url, transfer_error)
@@ -109,12 +109,13 @@ def sidecar_sha256(path: Path) -> str | None:
     """The sha256 the sidecar of shard ``path`` records, or None when ``path`` is not a shard with one."""
     if not SHARD_RE.match(path.name):
         return None
+    from shardprep.job.schema import Sidecar
+
+    where = path.with_suffix(".json")
     try:
-        sidecar = read_json(path.with_suffix(".json"))
-    except (OSError, ValueError):
+        return Sidecar.parse(where.read_bytes(), where).sha256
+    except (OSError, RecordError):
         return None
-    digest = sidecar.get("sha256") if isinstance(sidecar, dict) else None
-    return digest if isinstance(digest, str) else None
 
 
 def check_before_upload(item: "UploadItem") -> tuple[FileIdentity | None, str | None]:

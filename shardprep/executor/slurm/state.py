@@ -193,34 +193,24 @@ def _finalize_from_files(output: Path, fin: dict) -> str:
     return "did not run (cancelled because a task failed, or never started)"
 
 
-def _task_input_bytes(job: dict, task: int) -> int:
-    total = 0
-    for item in job["tasks"][task]:
-        inp = job["inputs"][item["input"]]
-        if item.get("unit", "bytes") != "bytes":
-            total += int(inp.get("size") or 0)
-            continue
-        end = item.get("end")
-        total += (int(inp["size"]) if end is None else int(end)) - int(item.get("start") or 0)
-    return max(0, total)
-
-
 def estimate_eta(output: Path, state: JobState, view: SlurmView) -> tuple[float | None, str]:
     """Seconds until the not-done tasks finish, from finished tasks' tokens/s and tokens per input byte."""
+    from shardprep.job.plan_files import TaskTable
     from shardprep.job.state import load_job
 
-    done = [sc for sc in state.done.values() if sc.get("stats", {}).get("elapsed_s")]
+    done = [sc for sc in state.done.values() if sc.elapsed_s]
     remaining = [t for t, v in view.tasks.items() if v.state in ("running", "pending")]
     if not done or not remaining:
         return None, ""
-    job = load_job(output)
-    tokens = sum(int(sc["tokens"]) for sc in done)
-    seconds = sum(float(sc["stats"]["elapsed_s"]) for sc in done)
-    in_bytes = sum(_task_input_bytes(job, int(sc["task"])) for sc in done)
+    with TaskTable(output, load_job(output)) as table:      # one pass over the plan's records
+        task_bytes = [task.input_bytes for task in table]
+    tokens = sum(sc.tokens for sc in done)
+    seconds = sum(sc.elapsed_s or 0.0 for sc in done)
+    in_bytes = sum(task_bytes[sc.task] for sc in done)
     if tokens <= 0 or seconds <= 0 or in_bytes <= 0:
         return None, ""
     rate = tokens / seconds                                        # tokens/s of one task
-    left = sum(_task_input_bytes(job, t) for t in remaining) * tokens / in_bytes
+    left = sum(task_bytes[t] for t in remaining) * tokens / in_bytes
     parallel = max(1, len(view.ids("running")))
     basis = f"{rate / 1e6:.2f} Mtok/s per task x {parallel} running, ~{left / 1e6:.1f}M tokens left"
     return left / (rate * parallel), basis

@@ -1,0 +1,206 @@
+"""Typed, validated reading of the JSON objects inside on-disk records.
+
+Why one reader: job.json, the sidecars and index.json are written by shardprep but read back on other
+machines, days later, possibly after a copy between file systems or a hand edit.  A wrong type must fail
+where it is read, with the file and the field named ("out/shard-00003.json: field 'chunks.tokens':
+expected a list of integers"), not as a KeyError or a silent wrong value three calls later.
+
+Integers are ``int`` and never ``bool`` (JSON ``true`` is not a byte count); floats accept integers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import types
+import typing
+from pathlib import Path
+from typing import Any, Callable, NoReturn
+
+import orjson
+
+from shardprep.errors import IncompleteError, RecordError, ShardprepError
+
+_MISSING = object()
+T = typing.TypeVar("T")
+
+
+def read_record(path: Path, parse: Callable[[bytes, Path], T], *, hint: str) -> T:
+    """Read and parse one record file; a missing file is an incomplete output (exit 5) with ``hint``."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise IncompleteError(f"{path.parent} holds no {path.name}", hint=hint) from None
+    return parse(data, path)
+
+
+def load_json(data: bytes, where: str, what: str) -> "Fields":
+    """Parse a whole record file (``what``: "sidecar", "index"...); a clear error when it is torn or not
+    a JSON object."""
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError as e:
+        raise RecordError(f"{where}: not valid JSON ({e}): torn, or not written by shardprep") from None
+    if not isinstance(obj, dict):
+        raise RecordError(f"{where}: not a shardprep {what} (a JSON {type(obj).__name__}, not an object)")
+    return Fields(obj, where)
+
+
+class Fields:
+    """One JSON object of a record, with the file (``where``) and the dotted field path it sits at."""
+
+    __slots__ = ("obj", "where", "prefix")
+
+    def __init__(self, obj: Any, where: str, prefix: str = "") -> None:
+        self.where = where
+        self.prefix = prefix
+        if not isinstance(obj, dict):
+            self.fail_here("expected an object")
+        self.obj: dict[str, Any] = obj
+
+    # -- errors -------------------------------------------------------------------------------------
+    def name(self, key: str) -> str:
+        return f"{self.prefix}.{key}" if self.prefix else key
+
+    def fail(self, key: str, message: str) -> NoReturn:
+        raise RecordError(f"{self.where}: field '{self.name(key)}': {message}")
+
+    def fail_here(self, message: str) -> NoReturn:
+        what = f"field '{self.prefix}'" if self.prefix else "the document"
+        raise RecordError(f"{self.where}: {what}: {message}")
+
+    # -- scalars ------------------------------------------------------------------------------------
+    def version(self, key: str, supported: int, *, hint: str) -> int:
+        """The record's format version, checked before anything else (another version may differ in shape)."""
+        v = self.obj.get(key)
+        if v != supported:
+            raise RecordError(f"{self.where}: {key} {v!r} is not supported (this shardprep reads version "
+                              f"{supported})", hint=hint)
+        return v
+
+    def has(self, key: str) -> bool:
+        return key in self.obj
+
+    def raw(self, key: str, default: Any = _MISSING) -> Any:
+        v = self.obj.get(key, _MISSING)
+        if v is _MISSING:
+            if default is _MISSING:
+                self.fail(key, "missing")
+            return default
+        return v
+
+    def _other(self, key: str, v: Any, expected: str, optional: bool) -> Any:
+        """The slow path of the typed readers: null where allowed, else a clear error."""
+        if v is _MISSING:
+            self.fail(key, "missing")
+        if v is None and optional:
+            return None
+        self.fail(key, f"expected {expected}{' or null' if optional else ''}, got {_short(v)}")
+
+    # The readers below are on the path of every sidecar ``status`` and ``finalize`` read (a hundred
+    # thousand at a time): one dict lookup and one type check when the value is right.
+    def int(self, key: str, *, optional: bool = False, minimum: int | None = None) -> Any:
+        v = self.obj.get(key, _MISSING)
+        if type(v) is not int:
+            return self._other(key, v, "an integer", optional)
+        if minimum is not None and v < minimum:
+            self.fail(key, f"expected an integer >= {minimum}, got {v}")
+        return v
+
+    def str(self, key: str, *, optional: bool = False, choices: tuple[str, ...] | None = None) -> Any:
+        v = self.obj.get(key, _MISSING)
+        if type(v) is not str:
+            return self._other(key, v, "a string", optional)
+        if choices is not None and v not in choices:
+            self.fail(key, f"expected one of {', '.join(choices)}, got {_short(v)}")
+        return v
+
+    def bool(self, key: str, *, optional: bool = False) -> Any:
+        v = self.obj.get(key, _MISSING)
+        return v if type(v) is bool else self._other(key, v, "true or false", optional)
+
+    def float(self, key: str, *, optional: bool = False) -> Any:
+        v = self.obj.get(key, _MISSING)
+        return v if type(v) in (int, float) else self._other(key, v, "a number", optional)
+
+    # -- containers ---------------------------------------------------------------------------------
+    def obj_at(self, key: str) -> "Fields":
+        return Fields(self.raw(key), self.where, self.name(key))
+
+    def dict(self, key: str) -> dict[str, Any]:
+        """A free-form object (informational records such as a sidecar's ``stats``)."""
+        v = self.obj.get(key, _MISSING)
+        return v if type(v) is dict else self._other(key, v, "an object", False)
+
+    def list(self, key: str) -> list[Any]:
+        v = self.obj.get(key, _MISSING)
+        return v if type(v) is list else self._other(key, v, "a list", False)
+
+    def objects(self, key: str) -> list["Fields"]:
+        name = self.name(key)
+        return [Fields(o, self.where, f"{name}[{i}]") for i, o in enumerate(self.list(key))]
+
+    def ints(self, key: str) -> tuple[int, ...]:
+        v = self.raw(key)
+        if type(v) is not list or not _all_of(v, int):
+            self.fail(key, "expected a list of integers")
+        return tuple(v)
+
+    def strs(self, key: str) -> tuple[str, ...]:
+        v = self.raw(key)
+        if type(v) is not list or not _all_of(v, str):
+            self.fail(key, "expected a list of strings")
+        return tuple(v)
+
+    def counts(self, key: str) -> dict[str, int]:
+        """An object of non-negative integer counts (e.g. ``skipped``), keys kept in file order."""
+        v = self.dict(key)
+        if not all(type(n) is int and n >= 0 for n in v.values()):
+            self.fail(key, "expected an object of non-negative integer counts")
+        return v
+
+
+def _all_of(values: list, kind: type) -> bool:
+    """Every element of ``values`` is exactly ``kind`` (bool is not int); set() keeps it at C speed."""
+    return not values or set(map(type, values)) == {kind}
+
+
+def _short(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+# -- dataclass records ----------------------------------------------------------------------------------
+_CHECKS = {int: Fields.int, str: Fields.str, bool: Fields.bool, float: Fields.float}
+
+
+@functools.cache
+def _spec(cls: type) -> tuple[tuple[str, Any, bool, bool], ...]:
+    """``(name, reader, optional, has_default)`` per field of a flat dataclass of scalars."""
+    hints = typing.get_type_hints(cls)
+    out = []
+    for f in dataclasses.fields(cls):
+        t = hints[f.name]
+        args = typing.get_args(t) if isinstance(t, types.UnionType) or typing.get_origin(t) is typing.Union else ()
+        base = next((a for a in args if a is not type(None)), t)
+        has_default = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+        out.append((f.name, _CHECKS[base], type(None) in args, has_default))
+    return tuple(out)
+
+
+def record(cls: type[T], fields: Fields, *, defaults: bool = False) -> T:
+    """Build a flat dataclass (``InputFile``, ``WorkItem``, ``TokenizeOptions``...) from ``fields``.
+
+    Every field must be present with its annotated type, unless ``defaults``: then a missing key takes
+    the class default (options added in a later release read from an older job.json).  Errors the class
+    itself raises on construction (option validation) are re-raised naming the file.
+    """
+    values: dict[str, Any] = {}
+    for name, read, optional, has_default in _spec(cls):
+        if defaults and has_default and not fields.has(name):
+            continue
+        values[name] = read(fields, name, optional=optional)
+    try:
+        return cls(**values)
+    except ShardprepError as e:
+        raise RecordError(f"{fields.where}: field '{fields.prefix}': {e}") from None

@@ -1,0 +1,105 @@
+"""``index.json``: the finalized dataset, what the loader reads first (it copies no data).
+
+Its per-shard totals let the loader place every shard in the epoch stream before opening any shard;
+its tokenizer block carries the special ids a training script needs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from shardprep.job.schema.fields import load_json, record
+from shardprep.shard.format import DTYPES, FORMAT_VERSION, LAYOUTS
+
+
+@dataclass(frozen=True)
+class IndexShard:
+    """One shard as index.json lists it (legacy tars reuse it with their path as ``name``)."""
+
+    name: str
+    sidecar: str
+    bytes: int
+    sha256: str
+    samples: int
+    documents: int
+    tokens: int
+
+    def to_dict(self) -> dict[str, Any]:
+        # the order index.json has always had (finalize built it from the sidecar, then added the names)
+        return {"bytes": self.bytes, "sha256": self.sha256, "samples": self.samples, "documents": self.documents,
+                "tokens": self.tokens, "name": self.name, "sidecar": self.sidecar}
+
+
+@dataclass(frozen=True)
+class IndexTokenizer:
+    """The tokenizer as the loader needs it: ids of the special tokens and the BOS/EOS policy."""
+
+    source: str
+    vocab_size: int
+    dtype: str
+    eos_id: int | None
+    bos_id: int | None
+    pad_id: int | None
+    eos_token: str | None
+    bos_token: str | None
+    pad_token: str | None
+    add_eos: bool
+    add_bos: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+
+@dataclass(frozen=True)
+class IndexTotals:
+    shards: int
+    samples: int
+    documents: int
+    tokens: int
+    bytes: int
+    skipped: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"shards": self.shards, "samples": self.samples, "documents": self.documents, "tokens": self.tokens,
+                "bytes": self.bytes, "skipped": self.skipped}
+
+
+@dataclass(frozen=True)
+class Index:
+    format_version: int
+    created_by: str
+    plan_fingerprint: str
+    tokenizer_fingerprint: str
+    tokenizer: IndexTokenizer
+    layout: str
+    dtype: str
+    shards: tuple[IndexShard, ...]
+    totals: IndexTotals
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format_version": self.format_version, "created_by": self.created_by,
+            "plan_fingerprint": self.plan_fingerprint, "tokenizer_fingerprint": self.tokenizer_fingerprint,
+            "tokenizer": self.tokenizer.to_dict(), "layout": self.layout, "dtype": self.dtype,
+            "shards": [s.to_dict() for s in self.shards], "totals": self.totals.to_dict(),
+        }
+
+    @classmethod
+    def parse(cls, data: bytes, where: str | Path) -> "Index":
+        f = load_json(data, str(where), "index")
+        version = f.version("format_version", FORMAT_VERSION, hint="use the shardprep release that wrote it")
+        shards = tuple(record(IndexShard, o) for o in f.objects("shards"))
+        if not shards:
+            f.fail("shards", "lists no shards")
+        t = f.obj_at("totals")
+        totals = IndexTotals(t.int("shards"), t.int("samples"), t.int("documents"), t.int("tokens"), t.int("bytes"),
+                             t.counts("skipped"))
+        return cls(
+            format_version=version, created_by=f.str("created_by"), plan_fingerprint=f.str("plan_fingerprint"),
+            tokenizer_fingerprint=f.str("tokenizer_fingerprint"),
+            tokenizer=record(IndexTokenizer, f.obj_at("tokenizer")),
+            layout=f.str("layout", choices=LAYOUTS), dtype=f.str("dtype", choices=tuple(DTYPES)),
+            shards=shards, totals=totals,
+        )

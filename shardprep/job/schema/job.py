@@ -1,0 +1,217 @@
+"""``job.json`` (the frozen plan's header) and one task's record in ``plan/tasks.jsonl``.
+
+The record types inside are the ones the planner already uses, so there is one type per concept:
+``InputFile`` (an input as stored: path, size, mtime, format...), ``WorkItem`` (a piece of one input),
+``TokenizerInfo`` (the tokenizer record) and ``TokenizeOptions``/``PlanOptions`` (options as stored).
+This module adds what the files need: parsing with errors naming the file and field, and serialising
+back in a fixed key order (docs/format.md).
+
+Since plan format 2 (issue 16) job.json holds only what every task needs plus a summary for people;
+each task's work items are one line of ``plan/tasks.jsonl`` (``encode_task``), found and checked
+through ``plan/tasks.idx`` (``job.plan_files``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import orjson
+
+from shardprep import __version__
+from shardprep.errors import RecordError
+from shardprep.inputs.discover import COMPRESSIONS, FORMATS, TABULAR, InputFile
+from shardprep.inputs.readers import WorkItem
+from shardprep.job.options import PlanOptions, TokenizeOptions
+from shardprep.job.schema.fields import Fields, load_json, record
+from shardprep.job.schema.sidecar import SidecarInput
+from shardprep.shard.format import PLAN_FORMAT_VERSION, PLAN_RECORDS_FILE, PLAN_TABLE_FILE
+from shardprep.tokenizer.load import TokenizerInfo
+
+CREATED_BY = f"shardprep {__version__}"
+
+# The names the format documentation uses for the stored records.
+InputRecord = InputFile
+TokenizerRecord = TokenizerInfo
+
+_OLD_PLAN_HINT = ("format 1 plans keep every input and task inline in job.json (before issue 16): finish the "
+                  "job with the shardprep release that planned it, or re-plan into a new output directory")
+
+
+@dataclass(frozen=True)
+class TaskItem:
+    """One work item of a task with the input it reads (what a task streams, and its sidecar lists)."""
+
+    input: InputFile
+    work: WorkItem
+
+    def describe(self) -> str:
+        return f"{self.input.path}[{self.work.start}:{self.work.end}]"
+
+    def sidecar_input(self) -> SidecarInput:
+        """The item as a sidecar's ``inputs`` entry: the path instead of the job's input number."""
+        w = self.work
+        return SidecarInput(self.input.path, w.start, w.end, w.unit, w.first_line)
+
+    @property
+    def nbytes(self) -> int:
+        """Input bytes this item covers (a row range counts its whole file: rows have no byte size)."""
+        if self.work.unit != "bytes":
+            return self.input.size
+        end = self.input.size if self.work.end is None else self.work.end
+        return max(0, end - self.work.start)
+
+
+@dataclass(frozen=True)
+class Task:
+    """A task's work: its number in the plan and its items, in order."""
+
+    index: int
+    items: tuple[TaskItem, ...]
+
+    @property
+    def input_bytes(self) -> int:
+        return sum(i.nbytes for i in self.items)
+
+
+# -- one task's line in plan/tasks.jsonl ----------------------------------------------------------------
+# An item is a JSON array [input, path, size, mtime_ns, format, compression, rows, start, end, first_line]
+# whose trailing elements are dropped while they equal these defaults; ``path`` is relative to the plan's
+# root directory (job.json ``plan.root``) unless it is absolute; ``unit`` is implied by the format.
+_ITEM_KEYS = ("input", "path", "size", "mtime_ns", "format", "compression", "rows", "start", "end", "first_line")
+_TAIL_DEFAULTS = (None, None, 0, None, 1)
+_FORMATS = tuple(sorted(set(FORMATS.values())))
+_COMPRESSIONS = tuple(sorted(set(COMPRESSIONS.values())))
+
+
+def unit_for(inp: InputFile) -> str:
+    return "rows" if inp.format in TABULAR else "bytes"
+
+
+def _prefix(root: str) -> str:
+    return root if root.endswith("/") else root + "/"
+
+
+def _is_default(value: Any, default: int | None) -> bool:
+    return value is None if default is None else (type(value) is int and value == default)
+
+
+def encode_task(items: Sequence[TaskItem], root: str) -> bytes:
+    """The task's line (ending in a newline): compact, and stable for the same plan."""
+    prefix = _prefix(root)
+    rows = []
+    for it in items:
+        inp, w = it.input, it.work
+        if w.unit != unit_for(inp):
+            raise ValueError(f"work item unit {w.unit!r} does not fit a {inp.format} input")
+        path = inp.path[len(prefix):] if inp.path.startswith(prefix) else inp.path
+        row = [w.input, path, inp.size, inp.mtime_ns, inp.format, inp.compression, inp.rows, w.start, w.end,
+               w.first_line]
+        while len(row) > 5 and _is_default(row[-1], _TAIL_DEFAULTS[len(row) - 6]):
+            row.pop()
+        rows.append(row)
+    return orjson.dumps(rows) + b"\n"
+
+
+def decode_task(line: bytes, index: int, root: str, where: str | Path) -> Task:
+    """Parse task ``index``'s line; errors name the file, the task and the field."""
+    try:
+        rows = orjson.loads(line)
+    except orjson.JSONDecodeError as e:
+        raise RecordError(f"{where}: task {index}: not valid JSON ({e})") from None
+    if not isinstance(rows, list) or not rows:
+        raise RecordError(f"{where}: task {index}: expected a non-empty list of work items")
+    prefix = _prefix(root)
+    items = []
+    for i, row in enumerate(rows):
+        name = f"tasks[{index}][{i}]"
+        if not isinstance(row, list) or not 5 <= len(row) <= len(_ITEM_KEYS):
+            raise RecordError(f"{where}: {name}: expected a list of 5 to {len(_ITEM_KEYS)} values")
+        d = dict(zip(_ITEM_KEYS, row + list(_TAIL_DEFAULTS[len(row) - 5:])))
+        f = Fields(d, str(where), name)
+        f.str("format", choices=_FORMATS)
+        f.str("compression", optional=True, choices=_COMPRESSIONS)
+        if isinstance(d["path"], str) and not d["path"].startswith("/"):
+            d["path"] = prefix + d["path"]
+        inp = record(InputFile, f)
+        d["unit"] = unit_for(inp)
+        items.append(TaskItem(inp, record(WorkItem, f)))
+    return Task(index, tuple(items))
+
+
+# -- job.json -------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PlanSummary:
+    """What a person reads in job.json about the plan's size (the records themselves are in plan/)."""
+
+    inputs: int
+    input_bytes: int
+    tasks: int
+
+
+@dataclass(frozen=True)
+class PlanFiles:
+    """Where the per-task records are, and the digests that chain them to job.json."""
+
+    records: str          # plan/tasks.jsonl
+    table: str            # plan/tasks.idx
+    root: str             # directory every relative input path in the records is under
+    table_sha256: str     # sha256 of the table's header, end and block digests (job.plan_files)
+    inputs_sha256: str    # sha256 of the inputs part of the fingerprint body (tells changed inputs apart)
+    paths_sha256: str     # sha256 of the input paths, one per line (tells other input files apart)
+
+
+@dataclass(frozen=True)
+class Job:
+    """job.json: fingerprint, summary, tokenizer, options, and where the per-task records are."""
+
+    fingerprint: str
+    summary: PlanSummary
+    tokenizer: TokenizerInfo
+    options: TokenizeOptions
+    plan_options: PlanOptions
+    plan: PlanFiles
+    lustre: dict[str, Any] | None = None      # the Lustre layout applied to the output (not fingerprinted)
+    format_version: int = PLAN_FORMAT_VERSION
+    created_by: str = CREATED_BY
+
+    @property
+    def n_tasks(self) -> int:
+        return self.summary.tasks
+
+    def to_dict(self) -> dict[str, Any]:
+        s, p = self.summary, self.plan
+        d: dict[str, Any] = {
+            "format_version": self.format_version,
+            "created_by": self.created_by,
+            "fingerprint": self.fingerprint,
+            "summary": {"inputs": s.inputs, "input_bytes": s.input_bytes, "tasks": s.tasks},
+            "tokenizer": self.tokenizer.to_dict(),
+            "options": self.options.to_dict(),
+            "plan_options": {"target_task_bytes": self.plan_options.target_task_bytes},
+            "plan": {"records": p.records, "table": p.table, "root": p.root, "table_sha256": p.table_sha256,
+                     "inputs_sha256": p.inputs_sha256, "paths_sha256": p.paths_sha256},
+        }
+        if self.lustre is not None:
+            d["lustre"] = self.lustre
+        return d
+
+    @classmethod
+    def parse(cls, data: bytes, where: str | Path) -> "Job":
+        f = load_json(data, str(where), "job plan")
+        version = f.version("format_version", PLAN_FORMAT_VERSION, hint=_OLD_PLAN_HINT)
+        p = f.obj_at("plan")
+        p.str("records", choices=(PLAN_RECORDS_FILE,))
+        p.str("table", choices=(PLAN_TABLE_FILE,))
+        return cls(
+            fingerprint=f.str("fingerprint"),
+            summary=record(PlanSummary, f.obj_at("summary")),
+            tokenizer=record(TokenizerInfo, f.obj_at("tokenizer")),
+            options=record(TokenizeOptions, f.obj_at("options"), defaults=True),
+            plan_options=record(PlanOptions, f.obj_at("plan_options"), defaults=True),
+            plan=record(PlanFiles, p),
+            lustre=f.dict("lustre") if f.has("lustre") else None,
+            format_version=version,
+            created_by=f.str("created_by"),
+        )

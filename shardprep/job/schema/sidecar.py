@@ -1,0 +1,218 @@
+"""A shard's sidecar ``shard-NNNNN.json`` and its chunk table (the one shape of it).
+
+The chunk table is columnar on disk (one list per column, one entry per sample in tar order) and stays
+columnar here: tuples of ints, validated once at parse time, with numpy views built on first use for
+the loader (numpy is imported only then, so ``status`` and ``finalize`` never pay for it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator
+
+from shardprep.job.schema.fields import Fields, load_json
+from shardprep.shard.format import DTYPES, LAYOUTS
+
+if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
+
+CHUNK_COLUMNS = ("key", "tokens_offset", "tokens", "docs", "doclens_offset", "doclens_itemsize")
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One sample's location in its shard: one ranged read for the tokens (and one for doclens)."""
+
+    index: int
+    key: str
+    tokens_offset: int
+    tokens: int
+    docs: int
+    doclens_offset: int      # -1 in the doc layout (no doclens member)
+    doclens_itemsize: int    # 2 or 4; 0 in the doc layout
+
+
+@dataclass(frozen=True)
+class ChunkTable:
+    """The samples of one shard, in tar order (sidecar field ``chunks``)."""
+
+    key: tuple[str, ...] = ()
+    tokens_offset: tuple[int, ...] = ()
+    tokens: tuple[int, ...] = ()
+    docs: tuple[int, ...] = ()
+    doclens_offset: tuple[int, ...] = ()
+    doclens_itemsize: tuple[int, ...] = ()
+
+    def __len__(self) -> int:
+        return len(self.key)
+
+    def chunk(self, i: int) -> Chunk:
+        return Chunk(i, self.key[i], self.tokens_offset[i], self.tokens[i], self.docs[i], self.doclens_offset[i],
+                     self.doclens_itemsize[i])
+
+    def chunks(self) -> Iterator[Chunk]:
+        return (self.chunk(i) for i in range(len(self)))
+
+    @classmethod
+    def from_rows(cls, rows: list[tuple[str, int, int, int, int, int]]) -> "ChunkTable":
+        """Build from ``(key, tokens_offset, tokens, docs, doclens_offset, doclens_itemsize)`` rows."""
+        if not rows:
+            return cls()
+        return cls(*(tuple(col) for col in zip(*rows)))
+
+    def to_dict(self) -> dict[str, tuple]:
+        return {name: getattr(self, name) for name in CHUNK_COLUMNS}
+
+    @classmethod
+    def parse(cls, f: Fields) -> "ChunkTable":
+        table = cls(f.strs("key"), *(f.ints(name) for name in CHUNK_COLUMNS[1:]))
+        for name in CHUNK_COLUMNS[1:]:
+            if len(getattr(table, name)) != len(table.key):
+                f.fail(name, f"has {len(getattr(table, name))} entries but 'key' has {len(table.key)}")
+        return table
+
+    # -- numpy views (the loader's arithmetic) ---------------------------------------------------------
+    @cached_property
+    def tokens_array(self) -> "np.ndarray":
+        import numpy as np
+
+        return np.asarray(self.tokens, dtype=np.int64)
+
+    @cached_property
+    def docs_array(self) -> "np.ndarray":
+        import numpy as np
+
+        return np.asarray(self.docs, dtype=np.int64)
+
+    @cached_property
+    def doc_start(self) -> "np.ndarray":
+        """Index (within the shard) of each chunk's first document."""
+        import numpy as np
+
+        return np.concatenate([[0], np.cumsum(self.docs_array)[:-1]]).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class SidecarInput:
+    """One work item of the task, as its sidecar records it (the path, not the job's input number)."""
+
+    path: str
+    start: int
+    end: int | None
+    unit: str
+    first_line: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class SidecarSummary:
+    """What ``status``, ``finalize`` and the Slurm view keep of a finished task's sidecar.
+
+    A parsed sidecar with its chunk table is a few KB of Python objects: held for every task of a
+    million-task job it would not fit, and the garbage collector would rescan it all again and again.
+    """
+
+    task: int
+    shard: str
+    format_version: int
+    tokenizer_fingerprint: str
+    bytes: int
+    sha256: str
+    samples: int
+    documents: int
+    tokens: int
+    skipped: tuple[tuple[str, int], ...]
+    elapsed_s: float | None
+
+    @property
+    def skipped_total(self) -> int:
+        return sum(n for _, n in self.skipped)
+
+
+@dataclass(frozen=True)
+class Sidecar:
+    """What a finished task wrote about its shard; the shard counts as done only with this file."""
+
+    format_version: int
+    created_by: str
+    task: int
+    shard: str
+    plan_fingerprint: str
+    tokenizer_fingerprint: str
+    layout: str
+    dtype: str
+    bytes: int
+    sha256: str
+    samples: int
+    documents: int
+    tokens: int
+    chunks: ChunkTable
+    skipped: dict[str, int] = field(default_factory=dict)
+    skipped_examples: tuple[dict[str, Any], ...] = ()      # informational: reason, file, line, byte, detail
+    warnings: tuple[str, ...] = ()     # inputs that look binary or mis-encoded (inputs.health); written when any
+    inputs: tuple[SidecarInput, ...] = ()
+    backend: dict[str, Any] = field(default_factory=dict)  # informational: name, version, requested, check
+    stats: dict[str, Any] = field(default_factory=dict)    # informational: elapsed_s, tokens_per_s, ...
+
+    @property
+    def skipped_total(self) -> int:
+        return sum(self.skipped.values())
+
+    @property
+    def elapsed_s(self) -> float | None:
+        v = self.stats.get("elapsed_s")
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+    def summary(self) -> SidecarSummary:
+        return SidecarSummary(self.task, self.shard, self.format_version, self.tokenizer_fingerprint, self.bytes,
+                              self.sha256, self.samples, self.documents, self.tokens, tuple(self.skipped.items()),
+                              self.elapsed_s)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format_version": self.format_version, "created_by": self.created_by, "task": self.task,
+            "shard": self.shard, "plan_fingerprint": self.plan_fingerprint,
+            "tokenizer_fingerprint": self.tokenizer_fingerprint, "layout": self.layout, "dtype": self.dtype,
+            "bytes": self.bytes, "sha256": self.sha256, "samples": self.samples, "documents": self.documents,
+            "tokens": self.tokens, "chunks": self.chunks.to_dict(), "skipped": self.skipped,
+            "skipped_examples": list(self.skipped_examples),
+            **({"warnings": list(self.warnings)} if self.warnings else {}),
+            "inputs": [{"path": i.path, "start": i.start, "end": i.end, "unit": i.unit, "first_line": i.first_line}
+                       for i in self.inputs],
+            "backend": self.backend, "stats": self.stats,
+        }
+
+    @classmethod
+    def parse(cls, data: bytes, where: str | Path) -> "Sidecar":
+        f = load_json(data, str(where), "sidecar")
+        table = ChunkTable.parse(f.obj_at("chunks"))
+        sidecar = cls(
+            format_version=f.int("format_version"), created_by=f.str("created_by"), task=f.int("task", minimum=0),
+            shard=f.str("shard"), plan_fingerprint=f.str("plan_fingerprint"),
+            tokenizer_fingerprint=f.str("tokenizer_fingerprint"), layout=f.str("layout", choices=LAYOUTS),
+            dtype=f.str("dtype", choices=tuple(DTYPES)), bytes=f.int("bytes", minimum=0), sha256=f.str("sha256"),
+            samples=f.int("samples", minimum=0), documents=f.int("documents", minimum=0),
+            tokens=f.int("tokens", minimum=0), chunks=table, skipped=f.counts("skipped"),
+            skipped_examples=tuple(o.obj for o in f.objects("skipped_examples")),
+            warnings=f.strs("warnings") if f.has("warnings") else (),
+            inputs=tuple(_sidecar_input(o) for o in f.objects("inputs")),
+            backend=f.dict("backend"), stats=f.dict("stats"),
+        )
+        _check_totals(f, sidecar)
+        return sidecar
+
+
+def _sidecar_input(f: Fields) -> SidecarInput:
+    return SidecarInput(f.str("path"), f.int("start", minimum=0), f.int("end", optional=True), f.str("unit"),
+                        f.int("first_line", optional=True))
+
+
+def _check_totals(f: Fields, s: Sidecar) -> None:
+    """The chunk table must add up to the sidecar's own totals (a hand-edited or torn table does not)."""
+    if len(s.chunks) != s.samples:
+        f.fail("chunks.key", f"has {len(s.chunks)} entries but samples is {s.samples}")
+    if sum(s.chunks.tokens) != s.tokens:
+        f.fail("chunks.tokens", f"adds up to {sum(s.chunks.tokens)} but tokens is {s.tokens}")
+    if sum(s.chunks.docs) != s.documents:
+        f.fail("chunks.docs", f"adds up to {sum(s.chunks.docs)} but documents is {s.documents}")
