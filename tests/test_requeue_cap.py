@@ -141,11 +141,11 @@ def test_live_task_stopped_at_every_attempt_gives_up_after_the_cap(tmp_path, slu
     log = out / "logs" / f"{array_id}_0.out"
     for attempt in (1, 2):
         # mid-write in this attempt: its start line is logged and its temporary shard exists
-        _wait_until(lambda: f"attempt {attempt}," in (log.read_text() if log.exists() else "")
+        _wait_until(lambda attempt=attempt: f"attempt {attempt}," in (log.read_text() if log.exists() else "")
                     and list(out.glob(".shard-00000.tar.*.tmp")), f"attempt {attempt} to write its shard")
         assert not (out / "shard-00000.json").exists(), "the task finished before it could be interrupted"
         subprocess.run(["scancel", "--signal=USR1", "--batch", f"{array_id}_0"], check=True)
-        _wait_until(lambda: log.read_text().count("shardprep-task-exit: task=0 status=75") == attempt,
+        _wait_until(lambda attempt=attempt: log.read_text().count("shardprep-task-exit: task=0 status=75") == attempt,
                     f"attempt {attempt} to stop at a safe point")
     wait_for_jobs([array_id, finalize_id], timeout=150)
 

@@ -268,10 +268,12 @@ _SLURM_KWARGS: dict[str, dict[str, Any]] = {
     "extra_sbatch": {"action": "append", "metavar": "OPTION", "dest": "sbatch_extra"},
 }
 
+DEFAULT_SLURM = SlurmOptions()     # frozen: one shared value for the defaults below
+
 
 def add_slurm_arguments(parser: argparse.ArgumentParser, *, title: str | None = None,
                         only: Sequence[str] | None = None, helps: dict[str, str] | None = None,
-                        defaults: SlurmOptions = SlurmOptions()) -> None:
+                        defaults: SlurmOptions = DEFAULT_SLURM) -> None:
     """The Slurm options (used with ``--executor slurm`` or ``submitit``) as their own help group.
 
     With ``submit --resume OUTPUT`` every option not given again keeps the value of the last submission
@@ -288,7 +290,7 @@ def add_slurm_arguments(parser: argparse.ArgumentParser, *, title: str | None = 
                       help=text.format(getattr(defaults, name)), **_SLURM_KWARGS.get(name, {}))
 
 
-def slurm_options_from_args(args: argparse.Namespace, base: SlurmOptions = SlurmOptions()) -> SlurmOptions:
+def slurm_options_from_args(args: argparse.Namespace, base: SlurmOptions = DEFAULT_SLURM) -> SlurmOptions:
     """``base`` (the dataclass defaults, a recorded submission's options ...) with the options typed."""
     given = {}
     for name in _SLURM_FLAGS:
