@@ -100,7 +100,8 @@ class Fields:
 
     # The readers below are on the path of every sidecar ``status`` and ``finalize`` read (a hundred
     # thousand at a time): one dict lookup and one type check when the value is right.  The methods are
-    # named after the JSON types they read, so inside this class the builtins are spelled ``builtins.int``.
+    # named after the JSON types they read, so the annotations below (resolved in the class) spell the
+    # builtins ``builtins.str`` and so on.
     @overload
     def int(self, key: str, *, optional: Literal[False] = False, minimum: int | None = None) -> int: ...
     @overload
@@ -124,7 +125,7 @@ class Fields:
     def str(self, key: builtins.str, *, optional: bool = False,
             choices: tuple[builtins.str, ...] | None = None) -> builtins.str | None:
         v = self.obj.get(key, _MISSING)
-        if type(v) is not builtins.str:
+        if type(v) is not str:
             return self._other(key, v, "a string", optional)
         if choices is not None and v not in choices:
             self.fail(key, f"expected one of {', '.join(choices)}, got {_short(v)}")
@@ -137,7 +138,7 @@ class Fields:
 
     def bool(self, key: builtins.str, *, optional: builtins.bool = False) -> builtins.bool | None:
         v = self.obj.get(key, _MISSING)
-        return v if type(v) is builtins.bool else self._other(key, v, "true or false", optional)
+        return v if type(v) is bool else self._other(key, v, "true or false", optional)
 
     @overload
     def float(self, key: builtins.str, *, optional: Literal[False] = False) -> builtins.float: ...
@@ -146,7 +147,7 @@ class Fields:
 
     def float(self, key: builtins.str, *, optional: builtins.bool = False) -> builtins.float | None:
         v = self.obj.get(key, _MISSING)
-        return v if type(v) in (builtins.int, builtins.float) else self._other(key, v, "a number", optional)
+        return v if type(v) in (int, float) else self._other(key, v, "a number", optional)
 
     # -- containers ---------------------------------------------------------------------------------
     def obj_at(self, key: builtins.str) -> Fields:
@@ -155,11 +156,11 @@ class Fields:
     def dict(self, key: builtins.str) -> builtins.dict[builtins.str, Any]:
         """A free-form object (informational records such as a sidecar's ``stats``)."""
         v = self.obj.get(key, _MISSING)
-        return v if type(v) is builtins.dict else self._other(key, v, "an object", False)
+        return v if type(v) is dict else self._other(key, v, "an object", False)
 
     def list(self, key: builtins.str) -> builtins.list[Any]:
         v = self.obj.get(key, _MISSING)
-        return v if type(v) is builtins.list else self._other(key, v, "a list", False)
+        return v if type(v) is list else self._other(key, v, "a list", False)
 
     def objects(self, key: builtins.str) -> builtins.list[Fields]:
         name = self.name(key)
@@ -167,20 +168,20 @@ class Fields:
 
     def ints(self, key: builtins.str) -> tuple[builtins.int, ...]:
         v = self.raw(key)
-        if type(v) is not builtins.list or not _all_of(v, builtins.int):
+        if type(v) is not list or not _all_of(v, int):
             self.fail(key, "expected a list of integers")
         return tuple(v)
 
     def strs(self, key: builtins.str) -> tuple[builtins.str, ...]:
         v = self.raw(key)
-        if type(v) is not builtins.list or not _all_of(v, builtins.str):
+        if type(v) is not list or not _all_of(v, str):
             self.fail(key, "expected a list of strings")
         return tuple(v)
 
     def counts(self, key: builtins.str) -> builtins.dict[builtins.str, builtins.int]:
         """An object of non-negative integer counts (e.g. ``skipped``), keys kept in file order."""
         v = self.dict(key)
-        if not all(type(n) is builtins.int and n >= 0 for n in v.values()):
+        if not all(type(n) is int and n >= 0 for n in v.values()):
             self.fail(key, "expected an object of non-negative integer counts")
         return v
 
