@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# The test suite, as README.md gives it and .ci/run calls it: install, start the one-node Slurm the
-# live tests use, run pytest (unit, CLI, Slurm, S3 API, torchrun DDP).
+# The test suite, as README.md gives it and .ci/run calls it: install, lint (ruff) and type-check (mypy)
+# at the level pyproject.toml sets (docs/architecture.md, "Checks"), start the one-node Slurm the live
+# tests use, run pytest (unit, CLI, Slurm, S3 API, torchrun DDP).  A finding of either check fails the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 bash scripts/install.sh
+"$PY" -m ruff check
+"$PY" -m mypy
 if [ -x slurm/dev-cluster.sh ] || [ -f slurm/dev-cluster.sh ]; then
     if ! bash slurm/dev-cluster.sh up; then
         echo "slurm/dev-cluster.sh up failed: the live Slurm tests will be skipped" >&2

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from shardprep.job.options import PlanOptions, TokenizeOptions
 from shardprep.inputs.discover import discover_inputs
@@ -21,10 +21,12 @@ from shardprep.tokenizer.load import resolve_tokenizer
 
 log = logging.getLogger(__name__)
 
+PrepareDir = Callable[[Path], "dict[str, Any] | None"]   # see plan_job
+
 
 def plan_job(inputs: Sequence[str | Path], output: str | Path, tokenizer: str | Path,
              options: TokenizeOptions | None = None, plan_options: PlanOptions | None = None, *,
-             overwrite: bool = False, prepare_dir=None) -> tuple[Plan, Job]:
+             overwrite: bool = False, prepare_dir: PrepareDir | None = None) -> tuple[Plan, Job]:
     """Discover inputs, resolve the tokenizer, split into tasks and freeze job.json in ``output``.
 
     ``prepare_dir(output) -> dict | None`` runs before job.json is written (Lustre striping must be set
@@ -38,7 +40,8 @@ def plan_job(inputs: Sequence[str | Path], output: str | Path, tokenizer: str | 
 
 
 def _plan_job(inputs: Sequence[str | Path], output: Path, tokenizer: str | Path, options: TokenizeOptions | None,
-              plan_options: PlanOptions | None, overwrite: bool, prepare_dir) -> tuple[Plan, Job]:
+              plan_options: PlanOptions | None, overwrite: bool,
+              prepare_dir: PrepareDir | None) -> tuple[Plan, Job]:
     options = options or TokenizeOptions()
     plan_options = plan_options or PlanOptions()
     found = discover_inputs([str(i) for i in inputs], strict=options.strict)

@@ -24,8 +24,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from types import SimpleNamespace
-from typing import Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, NamedTuple
 
 import numpy as np
 
@@ -33,7 +32,18 @@ from shardprep.errors import ConfigError, InputDataError
 from shardprep.shard.format import DTYPE_FOR_EXT, DTYPES
 
 _SHARD_NAME = re.compile(r"shard-\d{5,}\.tar")
-_ONE_CHUNK = SimpleNamespace(doc_start=np.zeros(1, dtype=np.int64))   # every window piece is one chunk
+if TYPE_CHECKING:  # pragma: no cover
+    from shardprep.loader.order import EpochStream
+    from shardprep.loader.reader import DecodedChunk
+
+
+class _OneChunk(NamedTuple):
+    """The chunk table of a window piece (``batches.DocStarts``): every piece is one chunk."""
+
+    doc_start: np.ndarray
+
+
+_ONE_CHUNK = _OneChunk(np.zeros(1, dtype=np.int64))
 
 
 def shard_urls(root: str, *, endpoint_url: str | None = None) -> list[str]:
@@ -105,20 +115,20 @@ class decode:
                                  f"{tokens.size} tokens", hint="run `shardprep verify` on the output")
         out = {"__key__": key, "__url__": url, "tokens": tokens, "doclens": lens}
         if self.root is not None:
-            out["doc_start"] = self._doc_start(str(url), str(key))
+            out["doc_start"] = self._doc_start(self.root, str(url), str(key))
         return out
 
-    def _doc_start(self, url: str, key: str) -> int:
+    def _doc_start(self, root: str, url: str, key: str) -> int:
         from shardprep.loader.index import load_index
         from shardprep.loader.sources import StorageOptions
 
         if self._index is None:
-            self._index = load_index(self.root, storage=StorageOptions.build(endpoint_url=self.endpoint_url))
+            self._index = load_index(root, storage=StorageOptions.build(endpoint_url=self.endpoint_url))
             self._positions = {s.name: i for i, s in enumerate(self._index.shards)}
         names = _SHARD_NAME.findall(url)
         shard = self._positions.get(names[-1]) if names else None
         if shard is None:
-            raise InputDataError(f"{url}: not a shard listed in {self.root}/index.json")
+            raise InputDataError(f"{url}: not a shard listed in {root}/index.json")
         firsts = self._firsts.get(shard)
         if firsts is None:
             table = self._index.chunk_table(shard)
@@ -137,7 +147,7 @@ class _Window:
     """
 
     def __init__(self) -> None:
-        self.chunks: list = []
+        self.chunks: list[DecodedChunk] = []
         self.doc_base: list[int] = []
         self.tokens = 0
 
@@ -152,16 +162,16 @@ class _Window:
         self.doc_base.append(doc_start)
         self.tokens += tokens.size
 
-    def stream(self):
+    def stream(self) -> EpochStream:
         from shardprep.loader.order import EpochStream
 
         sizes = np.array([c.tokens.size for c in self.chunks], dtype=np.int64)
         return EpochStream(sizes, lambda s: sizes[s:s + 1], seed=0, epoch=0, shuffle=False)
 
-    def chunk(self, shard: int, chunk: int):
+    def chunk(self, shard: int, chunk: int) -> DecodedChunk:
         return self.chunks[shard]
 
-    def table(self, shard: int) -> SimpleNamespace:
+    def table(self, shard: int) -> _OneChunk:
         return _ONE_CHUNK
 
     def drop(self, n: int) -> None:
@@ -231,7 +241,7 @@ class pack:
 
 def webdataset_pipeline(root: str, seq_len: int, *, batch_size: int | None = None, shardshuffle: int | bool = False,
                         seed: int | None = None, position_ids: bool = False, doc_info: bool = False,
-                        endpoint_url: str | None = None, **webdataset_kwargs: Any):
+                        endpoint_url: str | None = None, **webdataset_kwargs: Any) -> Any:  # a wds.WebDataset
     """The stock recipe in one call: ``wds.WebDataset(shard_urls(root), nodesplitter=split_by_node,
     workersplitter=split_by_worker, shardshuffle=...)`` composed with ``decode`` and ``pack``.
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from shardprep.errors import ConfigError
 from shardprep.executor.slurm.options import TIME_FORMS, SlurmOptions
@@ -24,6 +24,10 @@ from shardprep.job.options import BACKENDS, TXT_MODES, PlanOptions, TokenizeOpti
 from shardprep.shard.format import LAYOUTS
 from shardprep.storage.lustre import DEFAULT_SHARD_LAYOUT, StripeLayout, prepare_output_dir
 from shardprep.storage.s3 import ClientOptions
+
+if TYPE_CHECKING:  # pragma: no cover
+    from shardprep.job.plan import Plan
+    from shardprep.job.schema import Job
 
 # --------------------------------------------------------------------------------------- bound defaults
 
@@ -52,7 +56,7 @@ def add_field(group: Any, *flags: str, owner: type, name: str | None = None,
     default = field_default(owner, name)
     kwargs.setdefault("default", shown(default) if shown else default)
     action = group.add_argument(*flags, **kwargs)
-    action.bound_field = (owner, name)  # type: ignore[attr-defined]
+    action.bound_field = (owner, name)
     return action
 
 
@@ -153,7 +157,7 @@ def add_plan_arguments(p: argparse.ArgumentParser, *, required: bool = True) -> 
                    "txt/jsonl (and parquet/arrow) files; default: one input file per task")
 
 
-def plan_from_args(args: argparse.Namespace):
+def plan_from_args(args: argparse.Namespace) -> tuple[Plan, Job]:
     """Plan and freeze the job described by the command line; returns (plan, job)."""
     from shardprep.api import plan_job
 
@@ -292,7 +296,7 @@ def add_slurm_arguments(parser: argparse.ArgumentParser, *, title: str | None = 
 
 def slurm_options_from_args(args: argparse.Namespace, base: SlurmOptions = DEFAULT_SLURM) -> SlurmOptions:
     """``base`` (the dataclass defaults, a recorded submission's options ...) with the options typed."""
-    given = {}
+    given: dict[str, Any] = {}      # argparse values; SlurmOptions validates them
     for name in _SLURM_FLAGS:
         value = getattr(args, _SLURM_KWARGS.get(name, {}).get("dest", name), None)
         if value is not None:

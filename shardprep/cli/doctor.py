@@ -5,10 +5,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from shardprep.cli.args import add_field
 from shardprep.executor import EXECUTORS
 from shardprep.job.options import TokenizeOptions
+
+if TYPE_CHECKING:  # pragma: no cover
+    from shardprep.doctor.checks import Report
 
 NAME = "doctor"
 HELP = "check tokenizer, CPUs, memory, output file system, free space, Slurm and environment before a job"
@@ -36,7 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the report as JSON (schema in docs/doctor.md)")
 
 
-def _print_text(report) -> None:
+def _print_text(report: Report) -> None:
     width = max(len(c.name) for c in report.checks)
     for c in report.checks:
         print(f"[{_MARK[c.verdict]}] {c.name:<{width}}  {c.message}")

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import argparse
-
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from shardprep.cli._transfer import finish, print_dry_run
 from shardprep.cli.args import (add_field, add_stage_submit_arguments, add_stripe_arguments, add_transfer_arguments,
                                 field_default, stage_job_from_args, stripe_layout_from_args, transfer_options_from_args)
 from shardprep._extras import require
 from shardprep.errors import ConfigError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from shardprep.staging.stage import StageOptions
 
 NAME = "stage"
 HELP = "copy an S3 prefix to a local or Lustre directory, verified and resumable"
@@ -48,7 +51,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_stage_submit_arguments(p)
 
 
-def options_from_args(args: argparse.Namespace):
+def options_from_args(args: argparse.Namespace) -> StageOptions:
     """The ``StageOptions`` of this command line (the stage job re-creates them with ``to_argv``)."""
     from shardprep.staging.stage import StageOptions
 

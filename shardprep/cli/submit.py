@@ -8,7 +8,7 @@ from pathlib import Path
 from shardprep.cli.args import (add_executor_arguments, add_plan_arguments, add_slurm_arguments, executor_from_args,
                                 plan_from_args)
 from shardprep.errors import ConfigError
-from shardprep.executor import make_executor
+from shardprep.executor import Executor, make_executor
 from shardprep.job.schema import Job
 from shardprep.job.state import format_array_ranges, job_state, load_job
 from shardprep.loader.index import read_index
@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         return _plan_and_launch(args, executor)
 
 
-def _plan_and_launch(args: argparse.Namespace, executor) -> int:
+def _plan_and_launch(args: argparse.Namespace, executor: Executor) -> int:
     if args.resume:
         output, job = _resume(args)
     else:

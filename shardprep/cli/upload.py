@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from shardprep.cli._transfer import finish, print_dry_run
 from shardprep.cli.args import add_field, add_transfer_arguments, transfer_options_from_args
+
+if TYPE_CHECKING:  # pragma: no cover
+    from shardprep.staging.upload import UploadOptions
 
 NAME = "upload"
 HELP = "upload an output directory (shards, sidecars, index.json last) to an S3 prefix"
@@ -33,7 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
               help="integrity checksum S3 verifies on every request and part")
 
 
-def options_from_args(args: argparse.Namespace):
+def options_from_args(args: argparse.Namespace) -> UploadOptions:
     from shardprep.staging.upload import UploadOptions
 
     return transfer_options_from_args(UploadOptions, args, checksum_algorithm=args.checksum_algorithm)

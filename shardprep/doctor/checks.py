@@ -21,13 +21,17 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from shardprep import __version__
 from shardprep.doctor.machine import (FAIL, OK, WARN, Check, check_cpus, check_environment, check_filesystem,
                                       check_memory, check_slurm, check_versions, check_write_permission,
                                       existing_ancestor, human_bytes)
 from shardprep.errors import EXIT_INPUT, EXIT_OK, EXIT_TOKENIZER, ShardprepError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from shardprep.inputs.discover import InputFile
+    from shardprep.tokenizer.backend import Backend
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +131,7 @@ def check_tokenizer(ctx: Context) -> Check:
 # ------------------------------------------------------------------------------------------------ input
 
 
-def _text_bytes(inp) -> int:
+def _text_bytes(inp: InputFile) -> int:
     """Text bytes an input expands to (an estimate on the safe side: JSON syntax counts as text)."""
     if inp.format == "parquet":
         import pyarrow.parquet as pq
@@ -178,10 +182,11 @@ def check_input(ctx: Context) -> Check:
     for inp in ctx.found:
         key = inp.format + (f".{inp.compression}" if inp.compression else "")
         formats[key] = formats.get(key, 0) + 1
-    details = {"skipped": False, "files": len(ctx.found), "bytes": sum(i.size for i in ctx.found),
+    total = sum(i.size for i in ctx.found)
+    details = {"skipped": False, "files": len(ctx.found), "bytes": total,
                "estimated_text_bytes": ctx.text_bytes, "formats": formats, "tasks_one_per_file": len(ctx.found),
                "sample_documents": len(ctx.sample), "sample_skips": skipped}
-    msg = (f"{len(ctx.found):,} file(s), {human_bytes(details['bytes'])} ({', '.join(f'{n} {k}' for k, n in formats.items())}); "
+    msg = (f"{len(ctx.found):,} file(s), {human_bytes(total)} ({', '.join(f'{n} {k}' for k, n in formats.items())}); "
            f"one task per file = {len(ctx.found):,} task(s)")
     if ctx.sample:
         ctx.sample_source = f"the first documents of {ctx.found[0].path}"
@@ -205,7 +210,7 @@ def check_input(ctx: Context) -> Check:
 # ------------------------------------------------------------------------------------ speed and backend
 
 
-def _tokens_per_s(backend, texts: list[str]) -> tuple[float, int]:
+def _tokens_per_s(backend: Backend, texts: list[str]) -> tuple[float, int]:
     """(tokens per second, tokens per pass) encoding ``texts`` repeatedly for at least TIMING_S."""
     per_pass, passes = 0, 0
     started = time.perf_counter()

@@ -282,7 +282,7 @@ def check_versions() -> Check:
     old: list[str] = []
     for name, minimum, required in _requirements():
         try:
-            versions[name] = metadata.version(name)
+            installed = versions[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             versions[name] = None
             if required:
@@ -291,8 +291,8 @@ def check_versions() -> Check:
         if minimum:
             from packaging.version import Version
 
-            if Version(versions[name]) < Version(minimum):  # type: ignore[arg-type]
-                old.append(f"{name} {versions[name]} is older than {minimum}")
+            if Version(installed) < Version(minimum):
+                old.append(f"{name} {installed} is older than {minimum}")
     details = {"versions": versions, "missing": missing, "older_than_required": old}
     if missing:
         return Check("versions", FAIL, "; ".join(missing + old), "pip install shardprep (or the named packages)",

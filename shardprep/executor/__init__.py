@@ -29,11 +29,13 @@ def make_executor(name: str, options: ExecutorOptions, *, finalize: bool = True)
     if name == "local":
         from shardprep.executor.local import LocalExecutor, LocalOptions
 
-        _expect(name, options, LocalOptions)
+        if not isinstance(options, LocalOptions):
+            raise _wrong_options(name, options, LocalOptions)
         return LocalExecutor(options, finalize=finalize)
     from shardprep.executor.slurm.options import SlurmOptions
 
-    _expect(name, options, SlurmOptions)
+    if not isinstance(options, SlurmOptions):
+        raise _wrong_options(name, options, SlurmOptions)
     if name == "slurm":
         from shardprep.executor.slurm.sbatch import SlurmExecutor
 
@@ -43,9 +45,9 @@ def make_executor(name: str, options: ExecutorOptions, *, finalize: bool = True)
     return SubmititExecutor(options, finalize=finalize)
 
 
-def _expect(name: str, options: object, cls: type) -> None:
-    if not isinstance(options, cls):   # a caller's bug, not a user's mistake
-        raise TypeError(f"the {name} executor takes {cls.__name__}, not {type(options).__name__}")
+def _wrong_options(name: str, options: object, cls: type) -> TypeError:
+    """A caller's bug, not a user's mistake: options of the other executor."""
+    return TypeError(f"the {name} executor takes {cls.__name__}, not {type(options).__name__}")
 
 
 __all__ = ["EXECUTORS", "Executor", "ExecutorOptions", "LaunchReport", "make_executor"]

@@ -173,14 +173,14 @@ def _manifest(req: ExportRequest, src: Source, arguments: dict, measure: dict, f
 # ---------------------------------------------------------------------------------------------- passes
 
 
-def _progress(total: int | None, desc: str, enabled: bool):
+def _progress(total: int | None, desc: str, enabled: bool) -> Any:   # a tqdm bar
     from tqdm import tqdm
 
     return tqdm(total=total, unit="row", unit_scale=True, desc=desc, file=sys.stderr, disable=not enabled,
                 dynamic_ncols=True, mininterval=0.5)
 
 
-def _weights(column) -> np.ndarray:
+def _weights(column: Any) -> np.ndarray:   # a pyarrow (chunked) string array
     """Text bytes per row (0 for null): the balance metric, identical in both passes."""
     import pyarrow.compute as pc
 

@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import io
 import os
-from typing import IO, Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from shardprep.errors import InputDataError
 from shardprep.inputs.discover import InputFile
+
+if TYPE_CHECKING:  # pragma: no cover
+    from _typeshed import WriteableBuffer
 
 
 def changed_since_planned(inp: InputFile, st: os.stat_result) -> str | None:
@@ -39,16 +42,16 @@ def check_unchanged(inp: InputFile, st: os.stat_result) -> None:
 class PlannedSize(io.RawIOBase):
     """A raw file that ends at the planned size: bytes appended after planning are never read."""
 
-    def __init__(self, raw: IO[bytes], size: int):
+    def __init__(self, raw: io.RawIOBase, size: int):
         self._raw, self._left = raw, size
 
     def readable(self) -> bool:
         return True
 
-    def readinto(self, b) -> int:  # type: ignore[override]
+    def readinto(self, b: WriteableBuffer) -> int:
         if self._left <= 0:
             return 0
-        n = self._raw.readinto(memoryview(b)[:self._left]) or 0  # type: ignore[attr-defined]
+        n = self._raw.readinto(memoryview(b)[:self._left]) or 0
         self._left -= n
         return n
 

@@ -108,11 +108,12 @@ def _open_binary(inp: InputFile) -> tuple[int, IO[bytes]]:
     planned = PlannedSize(raw, inp.size)
     if inp.compression == "gz":
         stream = gzip.GzipFile(fileobj=io.BufferedReader(planned, buffer_size=_READ_BLOCK))
-        return raw.fileno(), io.BufferedReader(stream, buffer_size=_READ_BLOCK)  # type: ignore[arg-type]
+        return raw.fileno(), io.BufferedReader(stream, buffer_size=_READ_BLOCK)
     import zstandard
 
-    return raw.fileno(), io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(planned, closefd=True),
-                                           buffer_size=_READ_BLOCK)
+    # zstandard's stub asks for IO[bytes]; the reader needs only read(), which a RawIOBase has
+    reader = zstandard.ZstdDecompressor().stream_reader(planned, closefd=True)  # type: ignore[arg-type]
+    return raw.fileno(), io.BufferedReader(reader, buffer_size=_READ_BLOCK)
 
 
 def _lines(inp: InputFile, item: WorkItem, limit: int, skips: SkipLog) -> Iterator[tuple[int | None, int, bytes]]:

@@ -18,6 +18,8 @@ from shardprep.inputs.readers import WorkItem
 from shardprep.shard.format import FORMAT_VERSION
 
 if TYPE_CHECKING:  # pragma: no cover
+    from _typeshed import DataclassInstance
+
     from shardprep.job.plan import Plan
 
 BATCH = 4096    # inputs or tasks serialised per orjson call while planning
@@ -28,12 +30,12 @@ def _canonical(obj: object) -> bytes:
 
 
 @functools.cache
-def _sorted_fields(cls: type) -> tuple[tuple[str, ...], Callable[[object], tuple]]:
-    names = tuple(sorted(cls.__dataclass_fields__))  # type: ignore[attr-defined]
+def _sorted_fields(cls: type[DataclassInstance]) -> tuple[tuple[str, ...], Callable[[object], tuple]]:
+    names = tuple(sorted(cls.__dataclass_fields__))
     return names, operator.attrgetter(*names)
 
 
-def _sorted_dict(obj: object) -> dict:
+def _sorted_dict(obj: DataclassInstance) -> dict:
     """A flat dataclass as a dict with sorted keys: what ``asdict`` + ``OPT_SORT_KEYS`` serialise to, without
     ``asdict``'s deep copy (planning a million inputs calls this two million times)."""
     names, values = _sorted_fields(type(obj))

@@ -21,7 +21,7 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import IO, Iterator
 
 import orjson
 
@@ -54,7 +54,7 @@ class Plan:
 
 
 # -- splitting ------------------------------------------------------------------------------------------
-def _line_length(f) -> tuple[int, bool]:
+def _line_length(f: IO[bytes]) -> tuple[int, bool]:
     """Consume one line (in bounded pieces); return its length and whether it was blank."""
     n, blank = 0, True
     while True:
@@ -95,7 +95,8 @@ def _split_parquet(idx: int, inp: InputFile, parts: int) -> list[WorkItem]:
     md = pq.ParquetFile(inp.path).metadata
     groups = [(md.row_group(g).num_rows, md.row_group(g).total_byte_size) for g in range(md.num_row_groups)]
     total = sum(b for _, b in groups) or 1
-    items, start, row, acc = [], 0, 0, 0
+    items: list[WorkItem] = []
+    start, row, acc = 0, 0, 0
     for rows, nbytes in groups:
         row += rows
         acc += nbytes
@@ -313,9 +314,9 @@ def clear_output(output: Path, *, keep: Path | None = None) -> list[str]:
     for d in staging:                               # other (dead) planners'; ``keep`` is the caller's own
         if d != keep:
             shutil.rmtree(d, ignore_errors=True)
-    for d in sorted(OWNED_DIRS, reverse=True):      # subdirectories first
+    for sub in sorted(OWNED_DIRS, reverse=True):    # subdirectories first
         with contextlib.suppress(OSError):          # not there, or holds a kept file
-            (output / d).rmdir()
+            (output / sub).rmdir()
     if kept:
         log.warning("--overwrite kept %d entr%s shardprep did not write in %s: %s", len(kept),
                     "y" if len(kept) == 1 else "ies", output, ", ".join(kept[:10]) + (" ..." if len(kept) > 10 else ""))

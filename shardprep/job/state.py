@@ -7,7 +7,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 from shardprep.errors import ConfigError, RecordError
 from shardprep.job.schema import Job, Sidecar
@@ -97,7 +97,7 @@ def job_state(output: Path, job: Job | None = None, *,
     return state
 
 
-def format_array_ranges(ids: list[int] | set[int]) -> str:
+def format_array_ranges(ids: Iterable[int]) -> str:
     """``[3, 7, 8, 9]`` -> ``"3,7-9"`` (Slurm ``--array`` syntax)."""
     out: list[str] = []
     items = sorted(set(ids))

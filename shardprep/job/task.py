@@ -61,7 +61,7 @@ class StopFlag:
         self._event = threading.Event()
         self.signal_name = ""
 
-    def set(self, signum: int, _frame=None) -> None:
+    def set(self, signum: int, _frame: object = None) -> None:
         self.signal_name = signal.Signals(signum).name
         self._event.set()
 

@@ -20,14 +20,33 @@ Conventions (Hugging Face causal LM):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from shardprep.loader.order import EpochStream
-from shardprep.loader.reader import ChunkReader
+
+if TYPE_CHECKING:  # pragma: no cover
+    from shardprep.loader.reader import DecodedChunk
 
 IGNORE_INDEX = -100
 _WIDEN = ("input_ids", "position_ids")       # wire fields sent narrow and widened to int64 on arrival
+
+
+class DocStarts(Protocol):
+    """A shard's chunk table as packing sees it (``ChunkTable``): each chunk's first document number."""
+
+    @property
+    def doc_start(self) -> np.ndarray: ...
+
+
+class ChunkSource(Protocol):
+    """Where ``pack_arrays`` reads decoded chunks: the loader's ``ChunkReader``, or the window of samples
+    not yet packed that ``shardprep.wds.pack`` keeps (so both cut rows with this one code)."""
+
+    def chunk(self, shard: int, chunk: int) -> DecodedChunk: ...
+
+    def table(self, shard: int) -> DocStarts: ...
 
 
 @dataclass(frozen=True)
@@ -47,20 +66,19 @@ def _segments_to_positions(starts: np.ndarray) -> np.ndarray:
     return col - last
 
 
-def pack_arrays(stream: EpochStream, reader: ChunkReader, units: np.ndarray, seq_len: int, extras: Extras,
+def pack_arrays(stream: EpochStream, reader: ChunkSource, units: np.ndarray, seq_len: int, extras: Extras,
                 doc_base: np.ndarray, dtype: np.dtype) -> dict[str, np.ndarray]:
     """Wire dict for pack rows ``units`` (a unit is ``seq_len`` consecutive stream tokens)."""
     b = len(units)
     ids = np.empty((b, seq_len), dtype=dtype)
-    need_segments = extras.position_ids or extras.doc_info
-    starts = np.zeros((b, seq_len), dtype=bool) if need_segments else None
+    starts = np.zeros((b, seq_len), dtype=bool) if extras.position_ids or extras.doc_info else None
     doc_ids = np.empty((b, seq_len), dtype=np.int64) if extras.doc_info else None
     for i, u in enumerate(units.tolist()):
         col = 0
         for p in stream.pieces(u * seq_len, seq_len):
             dc = reader.chunk(p.shard, p.chunk)
             ids[i, col:col + p.n] = dc.tokens[p.start:p.start + p.n]
-            if need_segments:
+            if starts is not None:
                 lo, hi = p.start, p.start + p.n
                 first = int(np.searchsorted(dc.starts, lo, side="right")) - 1
                 last = int(np.searchsorted(dc.starts, hi, side="left"))
@@ -72,11 +90,11 @@ def pack_arrays(stream: EpochStream, reader: ChunkReader, units: np.ndarray, seq
                     doc_ids[i, col:col + p.n] = np.repeat(gid, np.diff(bounds))
             col += p.n
     out = {"input_ids": ids}
-    if need_segments:
+    if starts is not None:
         starts[:, 0] = True
         if extras.position_ids:
             out["position_ids"] = _segments_to_positions(starts)
-        if extras.doc_info:
+        if doc_ids is not None:
             flat = np.flatnonzero(starts.ravel())
             out["cu_seqlens"] = np.append(flat, b * seq_len).astype(np.int32)
             out["doc_ids"] = doc_ids

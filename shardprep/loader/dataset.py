@@ -29,8 +29,8 @@ from shardprep.errors import ConfigError, InputDataError
 from shardprep.loader import distribute as D
 from shardprep.loader.batches import Extras, doc_item, pack_arrays, pad_arrays, to_tensors
 from shardprep.loader.index import DatasetIndex, load_index
-from shardprep.loader.order import BlockShuffle, EpochStream
-from shardprep.loader.reader import ChunkReader
+from shardprep.loader.order import BlockShuffle, EpochStream, Piece
+from shardprep.loader.reader import ChunkReader, DecodedChunk
 from shardprep.loader.sources import StorageOptions, is_url
 from shardprep.loader.world import World, resolve_world, worker_slot
 from shardprep.shard.format import DTYPES, INDEX_FILE, JOB_FILE
@@ -97,9 +97,9 @@ class ShardDataset(IterableDataset):
         self.total_tokens = int(self.index.shard_tokens.sum())
         self.total_docs = int(self.index.shard_docs.sum())
         if mode == "pack":
-            self.num_units = self.total_tokens // self.seq_len
-            self.tail_tokens = self.total_tokens - self.num_units * self.seq_len
-            unit_tokens = self.seq_len
+            unit_tokens = self._row_len
+            self.num_units = self.total_tokens // unit_tokens
+            self.tail_tokens = self.total_tokens - self.num_units * unit_tokens
         else:
             self.num_units, self.tail_tokens = self.total_docs, 0
             unit_tokens = max(1, self.total_tokens // max(1, self.total_docs))
@@ -129,6 +129,13 @@ class ShardDataset(IterableDataset):
     @property
     def fingerprint(self) -> str:
         return self.index.fingerprint
+
+    @property
+    def _row_len(self) -> int:
+        """``seq_len`` where the mode needs it (pack, pad: ``__init__`` refuses them without)."""
+        if self.seq_len is None:
+            raise ConfigError(f"mode={self.mode!r} has no seq_len")
+        return self.seq_len
 
     @property
     def unit_name(self) -> str:
@@ -169,7 +176,9 @@ class ShardDataset(IterableDataset):
                         resolve_world(self.rank, self.world_size), batch)
 
     # -- iteration --------------------------------------------------------------------------------------
-    def __iter__(self) -> Iterator[dict]:
+    def __iter__(self) -> Iterator[dict | list[dict]]:
+        """Batches (numpy wire dicts turned into tensors), or lists of numpy batches when the loader asked
+        for transfers of several (``PassSpec.per_transfer``; it converts them on its side)."""
         spec = self._pass
         if spec is None:
             spec = self.full_pass()
@@ -206,7 +215,7 @@ class ShardDataset(IterableDataset):
 
     def _assemble(self, units: np.ndarray, stream: EpochStream, reader: ChunkReader) -> dict:
         if self.mode == "pack":
-            return pack_arrays(stream, reader, units, self.seq_len, self.extras, self.index.shard_doc_start,
+            return pack_arrays(stream, reader, units, self._row_len, self.extras, self.index.shard_doc_start,
                                self.wire_dtype)
         found = []
         for u in units.tolist():
@@ -214,7 +223,7 @@ class ShardDataset(IterableDataset):
             dc = reader.chunk(p.shard, p.chunk)
             found.append((p, dc, dc.doc(p.start)))
         if self.mode == "pad":
-            arrays = pad_arrays([d for _, _, d in found], self.seq_len, self.pad_id, self.wire_dtype)
+            arrays = pad_arrays([d for _, _, d in found], self._row_len, self.pad_id, self.wire_dtype)
             if self.extras.doc_info:
                 arrays["doc_ids"] = np.array([self._doc_id(reader, p, dc)[1] for p, dc, _ in found], dtype=np.int64)
                 arrays["unit_ids"] = np.asarray(units, dtype=np.int64)
@@ -226,7 +235,7 @@ class ShardDataset(IterableDataset):
         return doc_item(tokens, shard_name=self.index.shards[p.shard].name, doc=doc, doc_id=doc_id,
                         unit=int(units[0]))
 
-    def _doc_id(self, reader: ChunkReader, p, dc) -> tuple[int, int]:
+    def _doc_id(self, reader: ChunkReader, p: Piece, dc: DecodedChunk) -> tuple[int, int]:
         """(index of the document within its shard, global document number), both in file order."""
         doc = int(reader.table(p.shard).doc_start[p.chunk] + dc.order[p.start])
         return doc, int(self.index.shard_doc_start[p.shard] + doc)

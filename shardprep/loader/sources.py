@@ -64,7 +64,7 @@ def join(root: str, name: str) -> str:
     return str(Path(root) / name)
 
 
-def _client(storage: StorageOptions | None):
+def _client(storage: StorageOptions | None) -> Any:   # a boto3 S3 client
     return s3layer.shared_client((storage or _DEFAULT).s3)
 
 

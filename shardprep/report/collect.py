@@ -135,25 +135,19 @@ def _read_logs(location: str) -> dict[int, TaskLog]:
     """Parse every ``logs/task-NNNNN.log`` (none is fine: a copied or uploaded output may have none)."""
     logs_dir = join(location, LOG_DIR)
     try:
-        names = [n for n in object_sizes(logs_dir) if LOG_NAME_RE.match(n)]
+        logs = [(int(m.group(1)), n) for n in object_sizes(logs_dir) if (m := LOG_NAME_RE.match(n))]
     except FileNotFoundError:
         return {}
 
-    def one(name: str) -> TaskLog | None:
-        task = int(LOG_NAME_RE.match(name).group(1))  # type: ignore[union-attr]
+    def one(entry: tuple[int, str]) -> TaskLog | None:
+        task, name = entry
         text = _optional_text(join(logs_dir, name))
         return parse_task_log(task, text) if text else None
 
     if not is_s3(location):   # local reads are quicker one after the other than through a thread pool
-        return {t.task: t for t in map(one, names) if t is not None}
+        return {t.task: t for t in map(one, logs) if t is not None}
     with ThreadPoolExecutor(_READ_THREADS) as pool:
-        return {t.task: t for t in pool.map(one, names) if t is not None}
-
-
-def _tokenizer_record(job: Job | None, index: Index | None) -> dict:
-    if job is not None:
-        return {**job.tokenizer.to_dict(), "add_eos": job.options.add_eos, "add_bos": job.options.add_bos}
-    return index.tokenizer.to_dict()  # type: ignore[union-attr]
+        return {t.task: t for t in pool.map(one, logs) if t is not None}
 
 
 def _planned_bytes(location: str, job: Job | None) -> list[int]:
@@ -200,22 +194,31 @@ def collect(location: str | Path) -> Output:
         raise InputDataError(f"{location} is not a directory", hint="give the job's OUTPUT directory")
     index = _record(join(location, INDEX_FILE), Index.parse)
     job = _record(join(location, JOB_FILE), Job.parse)
-    if job is None and index is None:
-        raise IncompleteError(f"{location} holds neither {JOB_FILE} nor {INDEX_FILE}",
-                              hint="give the OUTPUT directory of a job (`shardprep submit --output`)")
-    if remote and index is None:
+    out = _describe(location, job, index)
+    if job is not None and not remote:
+        out.tasks = _local_tasks(out, job)
+    elif index is not None:
+        out.tasks = _indexed_tasks(location, index, job)
+    else:
         raise IncompleteError(f"{location} holds no {INDEX_FILE}: a report on a remote output needs a "
                               f"finalized job", hint="run `shardprep report` on the job's local directory")
-    out = Output(
-        location=location, finalized=index is not None,
-        layout=job.options.layout if job is not None else index.layout,  # type: ignore[union-attr]
-        dtype=job.tokenizer.dtype if job is not None else index.dtype,  # type: ignore[union-attr]
-        fingerprint=job.fingerprint if job is not None else index.plan_fingerprint,  # type: ignore[union-attr]
-        tokenizer=_tokenizer_record(job, index),
-        tokenizer_json=_optional_text(join(location, TOKENIZER_FILE)),
-        chunk_tokens=job.options.chunk_tokens if job is not None else None,
-        target_task_bytes=job.plan_options.target_task_bytes if job is not None else None)
-    out.tasks = _local_tasks(out, job) if job is not None and not remote \
-        else _indexed_tasks(location, index, job)  # type: ignore[arg-type]
     out.logs = _read_logs(location)
     return out
+
+
+def _describe(location: str, job: Job | None, index: Index | None) -> Output:
+    """The output's header: from job.json when there is one (it alone knows the options), else index.json."""
+    tokenizer_json = _optional_text(join(location, TOKENIZER_FILE))
+    if job is not None:
+        return Output(location=location, finalized=index is not None, layout=job.options.layout,
+                      dtype=job.tokenizer.dtype, fingerprint=job.fingerprint,
+                      tokenizer={**job.tokenizer.to_dict(), "add_eos": job.options.add_eos,
+                                 "add_bos": job.options.add_bos},
+                      tokenizer_json=tokenizer_json, chunk_tokens=job.options.chunk_tokens,
+                      target_task_bytes=job.plan_options.target_task_bytes)
+    if index is not None:
+        return Output(location=location, finalized=True, layout=index.layout, dtype=index.dtype,
+                      fingerprint=index.plan_fingerprint, tokenizer=index.tokenizer.to_dict(),
+                      tokenizer_json=tokenizer_json)
+    raise IncompleteError(f"{location} holds neither {JOB_FILE} nor {INDEX_FILE}",
+                          hint="give the OUTPUT directory of a job (`shardprep submit --output`)")

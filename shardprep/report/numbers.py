@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from shardprep.job.state import format_array_ranges
-from shardprep.report.collect import Output, Task
+from shardprep.report.collect import Output, SkipExample, Task
 from shardprep.report.doclens import DocLengths
 
 REPORT_VERSION = 1
@@ -113,10 +113,11 @@ def shard_numbers(out: Output) -> dict:
         done_work = sum(t.planned_bytes for t in out.tasks if t.sidecar is not None)
         target = out.target_task_bytes * sum(tokens) / done_work if done_work else None
     stats = _stats(tokens)
+    top, mean = stats["max"], stats["mean"]
     return {
         "count": len(done), "tokens": stats, "target_tokens": target,
         "target_task_bytes": out.target_task_bytes,
-        "max_over_mean": stats["max"] / stats["mean"] if stats["mean"] else None,
+        "max_over_mean": top / mean if top is not None and mean else None,
         "per_shard": [{"task": s.task, "shard": s.shard, "tokens": s.tokens, "documents": s.documents,
                        "bytes": s.bytes} for s in done],
     }
@@ -154,7 +155,7 @@ def task_numbers(out: Output) -> dict:
 
 def skipped_numbers(out: Output) -> dict:
     by_reason: dict[str, int] = defaultdict(int)
-    examples = []
+    examples: list[SkipExample] = []
     for s in out.done:
         for reason, n in s.skipped.items():
             by_reason[reason] += n

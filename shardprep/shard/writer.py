@@ -12,6 +12,7 @@ import os
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
+from types import TracebackType
 
 import numpy as np
 
@@ -132,8 +133,9 @@ class ShardWriter:
     def __enter__(self) -> "ShardWriter":
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is not None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if exc is not None:
             self.abort()
             full = no_space_error(self.path, exc)
             if full is not None:
@@ -168,7 +170,7 @@ class ShardWriter:
         lens_dtype = np.dtype("<u2") if int(lens.max()) <= 0xFFFF else np.dtype("<u4")
         key = self._next_key()
         ext = EXT_FOR_DTYPE[self.dtype_name]
-        tok_off = self._member(f"{key}.tokens.{ext}", memoryview(np.ascontiguousarray(tokens)).cast("B"))
+        tok_off = self._member(f"{key}.tokens.{ext}", np.ascontiguousarray(tokens).data.cast("B"))
         len_off = self._member(
             f"{key}.doclens.u{lens_dtype.itemsize * 8}", lens.astype(lens_dtype).tobytes()
         )
@@ -196,7 +198,7 @@ class ShardWriter:
         pos = 0
         for n in lengths.tolist():
             key = self._next_key()
-            off = self._member(f"{key}.tokens.{ext}", memoryview(np.ascontiguousarray(ids[pos:pos + n])).cast("B"))
+            off = self._member(f"{key}.tokens.{ext}", np.ascontiguousarray(ids[pos:pos + n]).data.cast("B"))
             self._rows.append((key, off, n, 1, -1, 0))
             pos += n
         self.documents += len(lengths)

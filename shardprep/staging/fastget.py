@@ -186,9 +186,11 @@ class DirectGetter:
                 self._retry.succeeded(state, response)
                 length = response.headers.get("Content-Length")
                 return StreamingBody(response.raw, int(length) if length is not None else None)
-            parsed = self._parse_error(response) if response is not None else None
-            if response is not None and _needs_redirect_handling(response.status_code, parsed):
-                return None
+            parsed = None
+            if response is not None:
+                parsed = self._parse_error(response)
+                if _needs_redirect_handling(response.status_code, parsed):
+                    return None
             if self._retry.wait_before_retry(state, self._operation, response, parsed, error):
                 continue
             if error is not None:

@@ -17,8 +17,9 @@ import os
 import threading
 import time
 from dataclasses import asdict, dataclass
+from datetime import date
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, BinaryIO, Iterable, Sequence
 
 import orjson
 
@@ -48,7 +49,7 @@ class RemoteObject:
             key=entry["Key"],
             size=int(entry["Size"]),
             etag=str(entry.get("ETag", "")).strip('"'),
-            last_modified=lm.isoformat() if hasattr(lm, "isoformat") else str(lm or ""),
+            last_modified=lm.isoformat() if isinstance(lm, date) else str(lm or ""),
         )
 
 
@@ -121,7 +122,7 @@ class VerifiedJournal:
     def __init__(self, dest: Path):
         self.path = dest / STATE_DIR / JOURNAL_NAME
         self._lock = threading.Lock()
-        self._file = None
+        self._file: BinaryIO | None = None
 
     def load(self) -> dict[str, VerifiedCopy]:
         """The latest record per key; unreadable lines (a torn write from a killed run) are skipped."""

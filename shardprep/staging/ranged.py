@@ -23,6 +23,7 @@ import os
 import threading
 from concurrent.futures import FIRST_COMPLETED, CancelledError, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Callable
 
 from shardprep.storage.atomic import start_writeback
@@ -207,22 +208,29 @@ def fetch_ranges(fd: int, size: int, range_size: int, open_body: OpenBody, pool:
         byte_range = f"bytes={start}-{start + length - 1}"
         if stop is not None and stop.is_set():
             raise CancelledError(f"stopped before {byte_range}")
-
-        def hash_behind(offset: int, chunk: bytes) -> None:
-            prefix.wrote(index, offset, chunk)   # type: ignore[union-attr]
-
         digests = stream_into(fd, start, length, open_body, byte_range, attempts=attempts, progress=progress,
-                              md5_every=part_md5s_of, on_chunk=hash_behind if prefix else None)
+                              md5_every=part_md5s_of,
+                              on_chunk=partial(prefix.wrote, index) if prefix is not None else None)
         start_writeback(fd, start, length)
         return digests
 
     # With a whole-file MD5 only the range at the hashing frontier can be hashed as it streams; keeping
     # a few ranges in flight per object (instead of all) lets the frontier move during the transfer
     # rather than leaving most of the hashing for the end.
-    window = WHOLE_MD5_WINDOW if prefix else len(ranges)
+    results = _in_window(pool, one, ranges, WHOLE_MD5_WINDOW if prefix is not None else len(ranges))
+    if prefix is not None:
+        return Digests(whole=prefix.hexdigest(size))
+    return Digests(parts=tuple(d for digests in results for d in digests))
+
+
+def _in_window(pool: ThreadPoolExecutor, one: Callable[[int, int, int], tuple[bytes, ...]],
+               ranges: list[tuple[int, int]], window: int) -> list[tuple[bytes, ...]]:
+    """``one(index, start, length)`` of every range on ``pool``, at most ``window`` in flight, results in
+    range order.  On the first failure the ranges not yet started are cancelled and the running ones
+    awaited, then the error propagates."""
     todo = iter(enumerate(ranges))
-    futures: list[Future] = []
-    running: set[Future] = set()
+    futures: list[Future[tuple[bytes, ...]]] = []
+    running: set[Future[tuple[bytes, ...]]] = set()
 
     def submit_next() -> None:
         nxt = next(todo, None)
@@ -240,12 +248,9 @@ def fetch_ranges(fd: int, size: int, range_size: int, open_body: OpenBody, pool:
                 running.discard(f)
                 f.result()            # the first failure stops the object
                 submit_next()
-        parts = tuple(d for f in futures for d in f.result())
+        return [f.result() for f in futures]
     except BaseException:
         for f in futures:
             f.cancel()
         wait(futures)
         raise
-    if prefix:
-        return Digests(whole=prefix.hexdigest(size))
-    return Digests(parts=parts)

@@ -140,6 +140,7 @@ class S5cmdRun:
             other_errors: list[str] = []
             err_reader = threading.Thread(target=self._read_errors, args=(report, other_errors), daemon=True)
             err_reader.start()
+            assert self.proc.stdout is not None  # stdout=PIPE
             for line in self.proc.stdout:
                 msg = _json(line)
                 if msg.get("success") and msg.get("operation") == "cp":

@@ -188,8 +188,8 @@ class _Stager:
             futures[pool.submit(self.fetch_first_small, first)] = first
             wait(futures)
         futures.update({pool.submit(self.fetch, item): item for item in ours if item is not first})
-        if len(ours) < len(self.plan.todo):
-            futures.update(self._run_s5cmd(pool, [i for i in self.plan.todo if self._for_s5cmd(i)]))
+        if self._s5cmd is not None and len(ours) < len(self.plan.todo):
+            futures.update(self._run_s5cmd(pool, self._s5cmd, [i for i in self.plan.todo if self._for_s5cmd(i)]))
         return futures
 
     def _for_s5cmd(self, item: StageItem) -> bool:
@@ -216,6 +216,7 @@ class _Stager:
         tmp = temp_name_for(target)
         try:
             fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o666)   # RDWR: the whole-MD5 reads back
+            md5: str | None
             try:
                 if obj.size < self.options.multipart_threshold:
                     md5, etag = stream_into(fd, 0, obj.size, self._open_body(obj), None,
@@ -250,9 +251,10 @@ class _Stager:
     def _head(self, obj: RemoteObject) -> Callable[..., dict[str, Any]]:
         return partial(self.client.head_object, Bucket=self.plan.bucket, Key=obj.key)
 
-    def _run_s5cmd(self, pool: ThreadPoolExecutor, items: list[StageItem]) -> dict[Future, StageItem]:
-        """Let one s5cmd process download ``items``; land each on ``pool`` as soon as s5cmd reports it.
-        Blocks until s5cmd is done."""
+    def _run_s5cmd(self, pool: ThreadPoolExecutor, binary: str,
+                   items: list[StageItem]) -> dict[Future, StageItem]:
+        """Let one s5cmd process (``binary``) download ``items``; land each on ``pool`` as soon as s5cmd
+        reports it.  Blocks until s5cmd is done."""
         futures: dict[Future, StageItem] = {}
         jobs: dict[s5cmd.Job, StageItem] = {}
         for item in items:
@@ -266,7 +268,7 @@ class _Stager:
             with lock:
                 futures[pool.submit(self._land_fetched, jobs[job], job.temp, failure)] = jobs[job]
 
-        s5cmd.S5cmdRun(self._s5cmd, self.options.client, concurrency=self.options.concurrency,
+        s5cmd.S5cmdRun(binary, self.options.client, concurrency=self.options.concurrency,
                        part_size=self.options.multipart_chunksize,
                        state_dir=self.journal.path.parent).run(list(jobs), done)
         return futures

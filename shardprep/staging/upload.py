@@ -118,17 +118,17 @@ def sidecar_sha256(path: Path) -> str | None:
         return None
 
 
-def check_before_upload(item: "UploadItem") -> tuple[FileIdentity | None, str | None]:
-    """(identity to compare after the upload, or None with the reason not to upload the file at all)."""
+def check_before_upload(item: "UploadItem") -> FileIdentity | str:
+    """The identity to compare after the upload, or the reason (a string) not to upload the file at all."""
     try:
         before = FileIdentity.of(item.path)
         expected = sidecar_sha256(item.path)
         if expected is not None and sha256_file(item.path) != expected:
-            return None, (f"sha256 of {item.path} differs from its sidecar {item.path.with_suffix('.json').name} "
-                          f"(modified or corrupt since its task wrote it); not uploaded")
+            return (f"sha256 of {item.path} differs from its sidecar {item.path.with_suffix('.json').name} "
+                    f"(modified or corrupt since its task wrote it); not uploaded")
     except OSError as e:
-        return None, f"cannot read {item.path}: {e.strerror}"
-    return before, None
+        return f"cannot read {item.path}: {e.strerror}"
+    return before
 
 
 def local_files(root: Path, include: tuple[str, ...], exclude: tuple[str, ...]) -> list[tuple[Path, str]]:
@@ -256,10 +256,10 @@ def _upload_batch(batch: list[UploadItem], checks: ThreadPoolExecutor, summary: 
     started = []
     for fut in as_completed(pending):
         item = pending[fut]
-        before, problem = fut.result()
-        if problem:
-            log.warning("failed %s: %s", item.key, problem)
-            summary.add_failed(item.key, problem)
+        before = fut.result()
+        if isinstance(before, str):
+            log.warning("failed %s: %s", item.key, before)
+            summary.add_failed(item.key, before)
         else:
             started.append((item, before, upload(item)))
     for item, before, transfer in started:

@@ -152,8 +152,7 @@ def _busy(directory: Path, owner: LockOwner | None, *, mode: str) -> OutputInUse
     path = directory / LOCK_FILE
     who = owner.describe() if owner else "another process (its owner record is not written yet)"
     hint = f"wait for it to finish (`shardprep status {directory}`), or use another output directory"
-    remote = owner is not None and owner.host != socket.gethostname()
-    if remote and "exclusive" in (mode, owner.mode):
+    if owner is not None and owner.host != socket.gethostname() and "exclusive" in (mode, owner.mode):
         hint += (f"; this host cannot check a process on {owner.host}: if it is no longer running there, "
                  f"remove {path}")
     return OutputInUseError(f"{directory} is in use by another shardprep run: {who}", hint=hint)

@@ -27,6 +27,8 @@ import json
 import logging
 import os
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import numpy as np
 import orjson
@@ -64,12 +66,13 @@ def plain_text_specials_json(tokenizer_json: str) -> str:
     return orjson.dumps(data).decode("utf-8")
 
 
-def _installed_version(module) -> str:
+def _installed_version(module: ModuleType) -> str:
     """The package version from its ``dist-info`` beside it (``importlib.metadata`` scans every installed
     distribution, ~0.1 s per task on a full environment)."""
-    site = Path(module.__file__).resolve().parent.parent
-    for info in site.glob("gigatoken-*.dist-info"):
-        return info.name[len("gigatoken-"):-len(".dist-info")]
+    if module.__file__ is not None:   # None: a namespace package, no file to look beside
+        site = Path(module.__file__).resolve().parent.parent
+        for info in site.glob("gigatoken-*.dist-info"):
+            return info.name[len("gigatoken-"):-len(".dist-info")]
     from importlib.metadata import PackageNotFoundError, version
 
     try:
@@ -123,7 +126,7 @@ class GigatokenBackend:
         return {"name": self.name, "version": self._version}
 
 
-def flat_and_lengths(array) -> tuple[np.ndarray, np.ndarray]:
+def flat_and_lengths(array: Any) -> tuple[np.ndarray, np.ndarray]:
     """Zero-copy ``(content, lengths)`` of an awkward list-of-uint32 array.
 
     gigatoken builds a ``ListOffsetArray`` whose content starts at offset 0; any other layout (a future

@@ -134,7 +134,9 @@ def from_post_processor(state: bytes | str | None) -> dict[str, tuple[str, str]]
 def _from_processor(proc: object) -> dict[str, tuple[str, str]]:
     """TemplateProcessing, RobertaProcessing / BertProcessing (``sep``) and a Sequence of processors (the
     first that names a kind wins); anything else (ByteLevel, none) names nothing."""
-    kind = proc.get("type") if isinstance(proc, dict) else None
+    if not isinstance(proc, dict):
+        return {}
+    kind = proc.get("type")
     if kind == "Sequence":
         out: dict[str, tuple[str, str]] = {}
         for sub in proc.get("processors") or []:

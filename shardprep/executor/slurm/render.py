@@ -38,7 +38,8 @@ def template_text(name: str) -> str:
     """The packaged template ``name`` (one of :data:`TEMPLATES`)."""
     if name not in TEMPLATES:
         raise ValueError(f"unknown template {name!r}")
-    return resources.files("shardprep").joinpath("templates", f"{name}.sbatch").read_text(encoding="utf-8")
+    # one name per joinpath: Python 3.10's Traversable (zipfile.Path) takes only one
+    return resources.files("shardprep").joinpath("templates").joinpath(f"{name}.sbatch").read_text(encoding="utf-8")
 
 
 def render(template: str, directives: Sequence[str], env: Mapping[str, str]) -> str:

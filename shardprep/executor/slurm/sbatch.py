@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from shardprep.executor.base import LaunchReport
 from shardprep.executor.slurm import commands as slurm_cmd
@@ -104,7 +105,7 @@ class SlurmExecutor:
         return plan.array_dependency(job.array, array_ids)
 
     def _record(self, recorder: SubmissionRecorder, job: RenderedJob, job_id: str, dependency: str | None) -> None:
-        entry = {"job_id": job_id, "script": f"{SLURM_DIR}/{job.script_name}", "dependency": dependency}
+        entry: dict[str, Any] = {"job_id": job_id, "script": f"{SLURM_DIR}/{job.script_name}", "dependency": dependency}
         a = job.array
         if a is None:
             entry["log"] = f"{LOG_DIR}/finalize-{job_id}.out"
@@ -112,7 +113,7 @@ class SlurmExecutor:
             log.info("submitted finalize job %s (%s)", job_id, dependency or "no dependency")
             return
         entry.update(offset=a.offset, array=a.array_spec(self.options.max_parallel),
-                     indices=format_array_ranges(list(a.indices)), tasks=format_array_ranges(list(a.task_ids)),
+                     indices=format_array_ranges(a.indices), tasks=format_array_ranges(a.task_ids),
                      log=f"{LOG_DIR}/{{job}}_{{index}}.out")
         recorder.add_array(entry)
         log.info("submitted array job %s: tasks %s (--array=%s)", job_id, entry["tasks"], entry["array"])

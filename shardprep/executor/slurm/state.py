@@ -24,6 +24,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from shardprep.errors import ConfigError
 from shardprep.executor.slurm import commands as slurm_cmd
@@ -168,7 +169,7 @@ def _task_view(output: Path, t: int, att: TaskAttempt, entry: slurm_cmd.QueueEnt
     """A task that is not done: Slurm's word (squeue/sacct) when it has one, else its log's."""
     log = read_task_log(output / att.log)
     verdict = _classify(entry) if entry else None
-    seen = {"attempt": att, "attempts": log.attempts, "max_attempts": max_attempts}
+    seen: dict[str, Any] = {"attempt": att, "attempts": log.attempts, "max_attempts": max_attempts}
     if log.gave_up and (verdict is None or verdict[0] == "failed"):
         return TaskView(t, "failed", f"reached its time limit on all {log.attempts} attempt(s): raise --time or "
                                      "use smaller tasks (--target-task-bytes)", **seen)

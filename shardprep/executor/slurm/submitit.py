@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 
 SUBMITIT_DIR = f"{SLURM_DIR}/submitit"
 DEFAULT_TIMEOUT_MIN = 60   # submitit always writes --time; used when --time is not given
+_LOG_HANDLER = "shardprep-submitit"   # the name of the handler a task adds to shardprep's logger, once
 
 
 class SubmititTask:
@@ -53,10 +54,10 @@ class SubmititTask:
         # the task's progress and errors in submitit's log, as `run-task` prints them under sbatch
         # (on shardprep's logger only: submitit has its own handler on the root's side)
         ours = _logging.getLogger("shardprep")
-        if not any(getattr(h, "_shardprep_submitit", False) for h in ours.handlers):
+        if not any(h.get_name() == _LOG_HANDLER for h in ours.handlers):
             handler = _logging.StreamHandler(sys.stderr)
             handler.setFormatter(_logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-            handler._shardprep_submitit = True  # type: ignore[attr-defined]
+            handler.set_name(_LOG_HANDLER)
             ours.addHandler(handler)
             ours.setLevel(_logging.INFO)
         result = run_task(Path(self.output), int(task_id))
@@ -178,10 +179,10 @@ class SubmititExecutor:
                       dependency: str | None) -> None:
         plain = len(ids) == 1        # submitit submits a single call as a plain job, not an array
         recorder.add_array({"job_id": array_id, "offset": None, "indices": format_array_ranges(range(len(ids))),
-                            "tasks": format_array_ranges(list(ids)), "dependency": dependency,
+                            "tasks": format_array_ranges(ids), "dependency": dependency,
                             "plain": plain, "log": f"{SUBMITIT_DIR}/{{job}}_0_log.out" if plain
                             else f"{SUBMITIT_DIR}/{{job}}_{{index}}_0_log.out"})
-        log.info("submitit array %s: tasks %s", array_id, format_array_ranges(list(ids)))
+        log.info("submitit array %s: tasks %s", array_id, format_array_ranges(ids))
 
     def _submit_finalize(self, ex: Any, params: dict[str, Any], dependency: str | None, output: Path,
                          recorder: SubmissionRecorder) -> str:

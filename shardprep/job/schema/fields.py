@@ -10,12 +10,13 @@ Integers are ``int`` and never ``bool`` (JSON ``true`` is not a byte count); flo
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 import functools
 import types
 import typing
 from pathlib import Path
-from typing import Any, Callable, NoReturn
+from typing import Any, Callable, Literal, NoReturn, overload
 
 import orjson
 
@@ -98,8 +99,15 @@ class Fields:
         self.fail(key, f"expected {expected}{' or null' if optional else ''}, got {_short(v)}")
 
     # The readers below are on the path of every sidecar ``status`` and ``finalize`` read (a hundred
-    # thousand at a time): one dict lookup and one type check when the value is right.
-    def int(self, key: str, *, optional: bool = False, minimum: int | None = None) -> Any:
+    # thousand at a time): one dict lookup and one type check when the value is right.  The methods are
+    # named after the JSON types they read, so the annotations below (resolved in the class) spell the
+    # builtins ``builtins.str`` and so on.
+    @overload
+    def int(self, key: str, *, optional: Literal[False] = False, minimum: int | None = None) -> int: ...
+    @overload
+    def int(self, key: str, *, optional: bool, minimum: int | None = None) -> int | None: ...
+
+    def int(self, key: str, *, optional: bool = False, minimum: int | None = None) -> int | None:
         v = self.obj.get(key, _MISSING)
         if type(v) is not int:
             return self._other(key, v, "an integer", optional)
@@ -107,7 +115,15 @@ class Fields:
             self.fail(key, f"expected an integer >= {minimum}, got {v}")
         return v
 
-    def str(self, key: str, *, optional: bool = False, choices: tuple[str, ...] | None = None) -> Any:
+    @overload
+    def str(self, key: builtins.str, *, optional: Literal[False] = False,
+            choices: tuple[builtins.str, ...] | None = None) -> builtins.str: ...
+    @overload
+    def str(self, key: builtins.str, *, optional: bool,
+            choices: tuple[builtins.str, ...] | None = None) -> builtins.str | None: ...
+
+    def str(self, key: builtins.str, *, optional: bool = False,
+            choices: tuple[builtins.str, ...] | None = None) -> builtins.str | None:
         v = self.obj.get(key, _MISSING)
         if type(v) is not str:
             return self._other(key, v, "a string", optional)
@@ -115,44 +131,54 @@ class Fields:
             self.fail(key, f"expected one of {', '.join(choices)}, got {_short(v)}")
         return v
 
-    def bool(self, key: str, *, optional: bool = False) -> Any:
+    @overload
+    def bool(self, key: builtins.str, *, optional: Literal[False] = False) -> builtins.bool: ...
+    @overload
+    def bool(self, key: builtins.str, *, optional: builtins.bool) -> builtins.bool | None: ...
+
+    def bool(self, key: builtins.str, *, optional: builtins.bool = False) -> builtins.bool | None:
         v = self.obj.get(key, _MISSING)
         return v if type(v) is bool else self._other(key, v, "true or false", optional)
 
-    def float(self, key: str, *, optional: bool = False) -> Any:
+    @overload
+    def float(self, key: builtins.str, *, optional: Literal[False] = False) -> builtins.float: ...
+    @overload
+    def float(self, key: builtins.str, *, optional: builtins.bool) -> builtins.float | None: ...
+
+    def float(self, key: builtins.str, *, optional: builtins.bool = False) -> builtins.float | None:
         v = self.obj.get(key, _MISSING)
         return v if type(v) in (int, float) else self._other(key, v, "a number", optional)
 
     # -- containers ---------------------------------------------------------------------------------
-    def obj_at(self, key: str) -> "Fields":
+    def obj_at(self, key: builtins.str) -> Fields:
         return Fields(self.raw(key), self.where, self.name(key))
 
-    def dict(self, key: str) -> dict[str, Any]:
+    def dict(self, key: builtins.str) -> builtins.dict[builtins.str, Any]:
         """A free-form object (informational records such as a sidecar's ``stats``)."""
         v = self.obj.get(key, _MISSING)
         return v if type(v) is dict else self._other(key, v, "an object", False)
 
-    def list(self, key: str) -> list[Any]:
+    def list(self, key: builtins.str) -> builtins.list[Any]:
         v = self.obj.get(key, _MISSING)
         return v if type(v) is list else self._other(key, v, "a list", False)
 
-    def objects(self, key: str) -> list["Fields"]:
+    def objects(self, key: builtins.str) -> builtins.list[Fields]:
         name = self.name(key)
         return [Fields(o, self.where, f"{name}[{i}]") for i, o in enumerate(self.list(key))]
 
-    def ints(self, key: str) -> tuple[int, ...]:
+    def ints(self, key: builtins.str) -> tuple[builtins.int, ...]:
         v = self.raw(key)
         if type(v) is not list or not _all_of(v, int):
             self.fail(key, "expected a list of integers")
         return tuple(v)
 
-    def strs(self, key: str) -> tuple[str, ...]:
+    def strs(self, key: builtins.str) -> tuple[builtins.str, ...]:
         v = self.raw(key)
         if type(v) is not list or not _all_of(v, str):
             self.fail(key, "expected a list of strings")
         return tuple(v)
 
-    def counts(self, key: str) -> dict[str, int]:
+    def counts(self, key: builtins.str) -> builtins.dict[builtins.str, builtins.int]:
         """An object of non-negative integer counts (e.g. ``skipped``), keys kept in file order."""
         v = self.dict(key)
         if not all(type(n) is int and n >= 0 for n in v.values()):
@@ -171,7 +197,7 @@ def _short(v: Any) -> str:
 
 
 # -- dataclass records ----------------------------------------------------------------------------------
-_CHECKS = {int: Fields.int, str: Fields.str, bool: Fields.bool, float: Fields.float}
+_CHECKS: dict[type, Callable[..., Any]] = {int: Fields.int, str: Fields.str, bool: Fields.bool, float: Fields.float}
 
 
 @functools.cache
@@ -196,7 +222,8 @@ def record(cls: type[T], fields: Fields, *, defaults: bool = False) -> T:
     itself raises on construction (option validation) are re-raised naming the file.
     """
     values: dict[str, Any] = {}
-    for name, read, optional, has_default in _spec(cls):
+    # mypy takes ``type[T]`` for unhashable (python/mypy#11470); every class is hashable
+    for name, read, optional, has_default in _spec(cls):  # type: ignore[arg-type]
         if defaults and has_default and not fields.has(name):
             continue
         values[name] = read(fields, name, optional=optional)

@@ -7,6 +7,7 @@ the loader (numpy is imported only then, so ``status`` and ``finalize`` never pa
 
 from __future__ import annotations
 
+import builtins
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -184,7 +185,7 @@ class Sidecar:
         }
 
     @classmethod
-    def parse(cls, data: bytes, where: str | Path) -> "Sidecar":
+    def parse(cls, data: builtins.bytes, where: str | Path) -> "Sidecar":  # (``bytes`` is a field here)
         f = load_json(data, str(where), "sidecar")
         table = ChunkTable.parse(f.obj_at("chunks"))
         sidecar = cls(
