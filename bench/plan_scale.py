@@ -105,7 +105,8 @@ def plan_cmd(out: Path, specs: list[str], tokenizer: Path) -> list[str]:
     args: list[str] = []
     for s in specs:
         args += ["-i", s]
-    return shardprep("plan", *args, "-o", out, "-t", tokenizer)
+    # one task per file: the run-task measurement is a task's cost in a job of N tasks
+    return shardprep("plan", *args, "-o", out, "-t", tokenizer, "--one-file-per-task")
 
 
 # -- measurements -------------------------------------------------------------------------------------

@@ -207,7 +207,7 @@ def _tokenizer(root: Path, which: str) -> Path:
 
 
 def _run_job(corpus: Path, out: Path, tokenizer: Path, options: dict, target: int | None) -> None:
-    plan_job([corpus], out, tokenizer, TokenizeOptions(**options), PlanOptions(target))
+    plan_job([corpus], out, tokenizer, TokenizeOptions(**options), PlanOptions(target, one_file_per_task=target is None))
     for t in job_state(out).missing:
         run_task(out, t, threads=1)
     finalize(out)

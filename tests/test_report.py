@@ -110,7 +110,7 @@ def test_running_job_shows_progress_failure_and_eta(tmp_path, sample_tokenizer):
     from report_helpers import write_corpus
 
     raw, out = write_corpus(tmp_path / "raw"), tmp_path / "out"
-    run_cli("plan", "--input", raw, "--output", out, "--tokenizer", sample_tokenizer, "--backend", "hf")
+    run_cli("plan", "--one-file-per-task", "--input", raw, "--output", out, "--tokenizer", sample_tokenizer, "--backend", "hf")
     nothing = report_json(out)                                    # planned, nothing run yet
     assert (nothing["progress"]["done"], nothing["totals"]["tokens"], nothing["samples"]) == (0, 0, [])
     assert nothing["progress"]["eta_s"] is None and nothing["doc_lengths"]["documents"] == 0
@@ -272,7 +272,7 @@ def test_slurm_job_with_a_failed_task_reports_the_queue_view_and_the_reason(tmp_
         (raw / f"part-{i}.txt").write_text("\n".join(sample_documents(30, seed=i)) + "\n")
     (raw / "part-1.txt").write_bytes(b"fine line\nanother\n\xff\xfe broken utf-8\nlast\n")
     out = tmp_path / "out"
-    proc = run_cli("submit", "--executor", "slurm", "-i", raw, "-o", out, "-t", sample_tokenizer, "--strict",
+    proc = run_cli("submit", "--one-file-per-task", "--executor", "slurm", "-i", raw, "-o", out, "-t", sample_tokenizer, "--strict",
                    "--backend", "hf", "--time", "5", "--signal-seconds", "30", "--mem", "500M")
     wait_for_jobs(submitted_job_ids(proc.stdout))
     n = report_json(out)
