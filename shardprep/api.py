@@ -18,6 +18,7 @@ from shardprep.job.plan import Plan, make_plan, require_documents_possible, writ
 from shardprep.job.schema import Job
 from shardprep.storage.lock import is_unused_dir, output_lock
 from shardprep.tokenizer.load import resolve_tokenizer
+from shardprep.tokenizer.plan_check import check_at_plan
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +57,9 @@ def _plan_job(inputs: Sequence[str | Path], output: Path, tokenizer: str | Path,
         from shardprep.errors import TokenizerError
 
         raise TokenizerError(f"tokenizer {tokenizer} has no BOS token", hint="name one with --bos-token")
-    plan = make_plan(found, resolved, options, plan_options)
+    plan = make_plan(found, resolved, options, plan_options, check_at_plan(
+        resolved.json, backend=options.backend, allow_special_tokens=options.allow_special_tokens,
+        fingerprint=resolved.info.fingerprint))
     lustre: dict[str, Any] | None = None
     if prepare_dir is not None:
         if is_unused_dir(output):      # new: only the lock file in it

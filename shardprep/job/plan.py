@@ -48,6 +48,7 @@ class Plan:
     tokenizer: ResolvedTokenizer
     options: TokenizeOptions
     plan_options: PlanOptions
+    backend_check: dict | None = None   # tokenizer.plan_check's record, stored in job.json as is
 
     def iter_tasks(self) -> Iterator[list[WorkItem]]:
         return iter_tasks(self.inputs, self.plan_options, self.options)
@@ -156,8 +157,8 @@ def split_into_tasks(inputs: list[InputFile], popts: PlanOptions, opts: Tokenize
 
 
 def make_plan(inputs: list[InputFile], tokenizer: ResolvedTokenizer, options: TokenizeOptions,
-              plan_options: PlanOptions) -> Plan:
-    return Plan(inputs, tokenizer, options, plan_options)
+              plan_options: PlanOptions, backend_check: dict | None = None) -> Plan:
+    return Plan(inputs, tokenizer, options, plan_options, backend_check)
 
 
 # -- writing / conflicts ----------------------------------------------------------------------------------
@@ -188,7 +189,8 @@ def _write_records(plan: Plan, staging: Path, lustre: dict | None) -> Job:
     summary = PlanSummary(len(plan.inputs), sum(i.size for i in plan.inputs), writer.n_tasks)
     files = PlanFiles(PLAN_RECORDS_FILE, PLAN_TABLE_FILE, root, table_sha256, fingerprint.inputs_sha256,
                       fingerprint.paths_sha256)
-    return Job(fingerprint.hexdigest(), summary, plan.tokenizer.info, plan.options, plan.plan_options, files, lustre)
+    return Job(fingerprint.hexdigest(), summary, plan.tokenizer.info, plan.options, plan.plan_options, files, lustre,
+               backend_check=plan.backend_check)
 
 
 def _changed_inputs(output: Path, old: Job, plan: Plan) -> list[str]:

@@ -173,6 +173,8 @@ class Job:
     plan_options: PlanOptions
     plan: PlanFiles
     lustre: dict[str, Any] | None = None      # the Lustre layout applied to the output (not fingerprinted)
+    # the backend check's hard cases, run once at plan time (tokenizer.plan_check; not fingerprinted)
+    backend_check: dict[str, Any] | None = None
     format_version: int = PLAN_FORMAT_VERSION
     created_by: str = CREATED_BY
 
@@ -195,6 +197,8 @@ class Job:
         }
         if self.lustre is not None:
             d["lustre"] = self.lustre
+        if self.backend_check is not None:
+            d["backend_check"] = self.backend_check
         return d
 
     @classmethod
@@ -212,6 +216,7 @@ class Job:
             plan_options=record(PlanOptions, f.obj_at("plan_options"), defaults=True),
             plan=record(PlanFiles, p),
             lustre=f.dict("lustre") if f.has("lustre") else None,
+            backend_check=f.dict("backend_check") if f.has("backend_check") else None,
             format_version=version,
             created_by=f.str("created_by"),
         )
