@@ -20,6 +20,7 @@ from shardprep.shard.format import JOB_FILE
 from shardprep.job.schema import Job
 from shardprep.storage.lock import is_unused_dir, output_lock
 from shardprep.tokenizer.load import resolve_tokenizer
+from shardprep.tokenizer.plan_check import check_at_plan
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,11 @@ def _plan_job(inputs: Sequence[str | Path], output: Path, tokenizer: str | Path,
     previous = None if overwrite else existing_plan(output / JOB_FILE)
     sizing = choose_sizing(found, resolved, options, plan_options, task_slots,
                            previous if isinstance(previous, Job) else None)
-    plan = make_plan(found, resolved, options, PlanOptions(target_task_bytes=sizing.target_task_bytes), sizing)
+    backend_check = check_at_plan(resolved.json, backend=options.backend,
+                                  allow_special_tokens=options.allow_special_tokens,
+                                  fingerprint=resolved.info.fingerprint)
+    plan = make_plan(found, resolved, options, PlanOptions(target_task_bytes=sizing.target_task_bytes), sizing,
+                     backend_check)
     lustre: dict[str, Any] | None = None
     if prepare_dir is not None:
         if is_unused_dir(output):      # new: only the lock file in it

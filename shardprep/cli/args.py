@@ -163,9 +163,7 @@ def add_plan_arguments(p: argparse.ArgumentParser, *, required: bool = True) -> 
 
 
 def plan_from_args(args: argparse.Namespace, task_slots: tuple[int, str] | None = None) -> tuple[Plan, Job]:
-    """Plan and freeze the job described by the command line; returns (plan, job).
-
-    ``task_slots``: (tasks the chosen executor runs at once, why) for the default sizing rule."""
+    """Plan and freeze the job of the command line; ``task_slots``: the executor's (job.sizing)."""
     from shardprep.api import plan_job
 
     if not args.input:

@@ -50,14 +50,15 @@ class Plan:
     options: TokenizeOptions
     plan_options: PlanOptions            # as resolved: target_task_bytes is the one the tasks were cut with
     sizing: Sizing | None = None         # which rule chose that target, and why (job.json ``sizing``)
+    backend_check: dict | None = None    # tokenizer.plan_check's record, stored in job.json as is
 
     def iter_tasks(self) -> Iterator[list[WorkItem]]:
         return iter_tasks(self.inputs, self.plan_options, self.options)
 
 
 def make_plan(inputs: list[InputFile], tokenizer: ResolvedTokenizer, options: TokenizeOptions,
-              plan_options: PlanOptions, sizing: Sizing | None = None) -> Plan:
-    return Plan(inputs, tokenizer, options, plan_options, sizing)
+              plan_options: PlanOptions, sizing: Sizing | None = None, backend_check: dict | None = None) -> Plan:
+    return Plan(inputs, tokenizer, options, plan_options, sizing, backend_check)
 
 
 # -- writing / conflicts ----------------------------------------------------------------------------------
@@ -89,7 +90,7 @@ def _write_records(plan: Plan, staging: Path, lustre: dict | None) -> Job:
     files = PlanFiles(PLAN_RECORDS_FILE, PLAN_TABLE_FILE, root, table_sha256, fingerprint.inputs_sha256,
                       fingerprint.paths_sha256)
     return Job(fingerprint.hexdigest(), summary, plan.tokenizer.info, plan.options, plan.plan_options, files, lustre,
-               sizing=plan.sizing)
+               sizing=plan.sizing, backend_check=plan.backend_check)
 
 
 def _changed_inputs(output: Path, old: Job, plan: Plan) -> list[str]:

@@ -180,6 +180,8 @@ class Job:
     plan: PlanFiles
     lustre: dict[str, Any] | None = None      # the Lustre layout applied to the output (not fingerprinted)
     sizing: Sizing | None = None              # the rule that chose the task size, and why (job.sizing)
+    # the backend check's hard cases, run once at plan time (tokenizer.plan_check; not fingerprinted)
+    backend_check: dict[str, Any] | None = None
     format_version: int = PLAN_FORMAT_VERSION
     created_by: str = CREATED_BY
 
@@ -204,6 +206,8 @@ class Job:
             d["lustre"] = self.lustre
         if self.sizing is not None:
             d["sizing"] = self.sizing.to_dict()
+        if self.backend_check is not None:
+            d["backend_check"] = self.backend_check
         return d
 
     @classmethod
@@ -222,6 +226,7 @@ class Job:
             plan=record(PlanFiles, p),
             lustre=f.dict("lustre") if f.has("lustre") else None,
             sizing=_sizing(f.obj_at("sizing")) if f.has("sizing") else None,
+            backend_check=f.dict("backend_check") if f.has("backend_check") else None,
             format_version=version,
             created_by=f.str("created_by"),
         )
