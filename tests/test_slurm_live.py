@@ -271,7 +271,8 @@ def test_stage_as_a_job_then_tokenize(tmp_path, slurm_cluster, s3_endpoint, corp
     dest, out = tmp_path / "raw", tmp_path / "shards"
     proc = run_cli("stage", f"s3://{bucket}/raw/", dest, "--endpoint-url", s3_endpoint, "--no-stripe",
                    "--submit", "--cpus-per-task", "1", "--time", "5",
-                   "--then-tokenize", "--output", out, "--tokenizer", sample_tokenizer, *COMMON, env=env)
+                   "--then-tokenize", "--output", out, "--tokenizer", sample_tokenizer, "--one-file-per-task", *COMMON,
+                   env=env)
     job_id = proc.stdout.split()[-1]
     state = dest / ".shardprep-stage" / "slurm"
     script = (state / "001-stage.sbatch").read_text()

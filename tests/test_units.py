@@ -48,8 +48,8 @@ def test_small_files_pack_by_bytes_and_a_small_leftover_joins_the_task_before_it
     for i, size in enumerate([10, 10, 10, 50, 5, 5]):
         (tmp_path / f"{i}.txt").write_text("x" * (size - 1) + "\n")
     tasks = split_into_tasks(discover_inputs([str(tmp_path)]), PlanOptions(30), TokenizeOptions())
-    # file 3 (one 50-byte line) cannot be cut; the 10-byte pack of files 4 and 5 joins the pack before it
-    assert [[w.input for w in t] for t in tasks] == [[3], [0, 1, 2, 4, 5]]
+    # file 3 (one 50-byte line) cannot be cut; the 10-byte pack of files 4 and 5 joins the task before it
+    assert [[w.input for w in t] for t in tasks] == [[0, 1, 2], [3, 4, 5]]
     one_each = split_into_tasks(discover_inputs([str(tmp_path)]), PlanOptions(None), TokenizeOptions())
     assert [[w.input for w in t] for t in one_each] == [[i] for i in range(6)]
 

@@ -45,9 +45,17 @@ def _aligned_boundary(path: str, offset: int, paragraph: bool) -> int:
 
 
 def _split_text(idx: int, inp: InputFile, parts: int, paragraph: bool) -> list[WorkItem]:
+    """``parts`` pieces of about equal bytes, cut on document boundaries.  A long document moves a cut
+    forward; the next cut is then placed at least half a step further, so no piece but the last (which
+    may be short) is under half a step."""
     step = inp.size / parts
-    cuts = sorted({_aligned_boundary(inp.path, round(k * step), paragraph) for k in range(1, parts)})
-    bounds = [0] + [c for c in cuts if 0 < c < inp.size] + [inp.size]
+    bounds = [0]
+    for k in range(1, parts):
+        cut = _aligned_boundary(inp.path, max(round(k * step), bounds[-1] + round(step / 2)), paragraph)
+        if cut >= inp.size:
+            break
+        bounds.append(cut)
+    bounds.append(inp.size)
     return [WorkItem(idx, s, e, "bytes", 1 if s == 0 else None) for s, e in zip(bounds, bounds[1:]) if e > s]
 
 
@@ -91,11 +99,12 @@ def _whole(i: int, inp: InputFile) -> WorkItem:
 
 
 class _Packer:
-    """Tasks of at least half the target (``job.sizing``: no tiny shards) from whole small files and pieces.
+    """Tasks of at least half the target (``job.sizing``: no tiny shards), in input order.
 
-    A pack of small files is closed before a file would take it past the target, but only once it holds
-    half the target.  The last task made is held back: the final pack, when under half the target, joins
-    it (whether it is a pack or the piece of a split file) instead of becoming a tiny task of its own.
+    Small files go into a pack, closed before a file would take it past the target once it holds half
+    the target.  A large file's pieces are tasks of their own; a pack still under half the target when
+    one arrives joins its first piece.  The last task made is held back, so the final pack, when under
+    half the target, joins it instead of becoming a tiny task.  Documents keep their input order.
     """
 
     def __init__(self, target: int) -> None:
@@ -104,37 +113,50 @@ class _Packer:
         self.current_bytes = 0
         self.held: list[WorkItem] | None = None
 
-    def emit(self, task: list[WorkItem]) -> Iterator[list[WorkItem]]:
+    def _emit(self, task: list[WorkItem]) -> Iterator[list[WorkItem]]:
         """Hold ``task``; yield the one held before."""
         if self.held is not None:
             yield self.held
         self.held = task
 
+    def _close(self) -> list[WorkItem]:
+        pack, self.current, self.current_bytes = self.current, [], 0
+        return pack
+
     def add(self, item: WorkItem, size: int) -> Iterator[list[WorkItem]]:
-        """Add one small file to the current pack (closing it first when full)."""
+        """Add one small file to the current pack (closing the pack first when it is full)."""
         if self.current and self.current_bytes + size > self.target and 2 * self.current_bytes >= self.target:
-            yield from self.emit(self.current)
-            self.current, self.current_bytes = [], 0
+            yield from self._emit(self._close())
         self.current.append(item)
         self.current_bytes += size
 
+    def large(self, pieces: list[WorkItem]) -> Iterator[list[WorkItem]]:
+        """One task per piece of a large file; an open pack goes before it (on its own when big enough)."""
+        first = [pieces[0]]
+        if self.current and 2 * self.current_bytes >= self.target:
+            yield from self._emit(self._close())
+        elif self.current:
+            first = self._close() + first
+        yield from self._emit(first)
+        for piece in pieces[1:]:
+            yield from self._emit([piece])
+
     def finish(self) -> Iterator[list[WorkItem]]:
         if self.current and self.held is not None and 2 * self.current_bytes < self.target:
-            self.held = self.held + self.current
+            self.held = self.held + self._close()
         elif self.current:
-            yield from self.emit(self.current)
+            yield from self._emit(self._close())
         if self.held is not None:
             yield self.held
 
 
 def iter_tasks(inputs: list[InputFile], popts: PlanOptions, opts: TokenizeOptions) -> Iterator[list[WorkItem]]:
-    """Assign work items to tasks, one task at a time.
+    """Assign work items to tasks, one task at a time, in input order.
 
     ``target_task_bytes`` None: one input file per task.  Otherwise files larger than the target are split
     into equal pieces (text on line/paragraph boundaries, parquet on row groups, arrow on rows; compressed
-    files cannot be split and stay whole), each more than half the target, and smaller files are packed
-    together, in input order, into packs of half the target to the target (``_Packer``); a split file's
-    pieces become tasks at once while the pack around it keeps filling.
+    files cannot be split and stay whole), and smaller files are packed together into packs of half the
+    target to the target (``_Packer``).
     """
     target = popts.target_task_bytes
     if target is None:
@@ -143,10 +165,9 @@ def iter_tasks(inputs: list[InputFile], popts: PlanOptions, opts: TokenizeOption
     packer = _Packer(target)
     for i, inp in enumerate(inputs):
         if inp.size > target and (inp.splittable or inp.tabular):
-            for piece in _split(i, inp, math.ceil(inp.size / target), opts):
-                yield from packer.emit([piece])
+            yield from packer.large(_split(i, inp, math.ceil(inp.size / target), opts))
         elif inp.size > target:
-            yield from packer.emit([_whole(i, inp)])       # compressed: one task, whatever its size
+            yield from packer.large([_whole(i, inp)])       # compressed: one task, whatever its size
         else:
             yield from packer.add(_whole(i, inp), inp.size)
     yield from packer.finish()
