@@ -32,7 +32,8 @@ class Done:
 def stamp(seconds: float) -> str:
     """The log timestamp ``seconds`` after T0 (``logging``'s asctime: local time, milliseconds)."""
     whole = int(seconds)
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(EPOCH0 + whole)) + f",{round((seconds - whole) * 1000):03d}"
+    millis = round((seconds - whole) * 1000)
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(EPOCH0 + whole)) + f",{millis:03d}"
 
 
 def task_log(task: int, start: float, end: float | None = None, failed: bool = False) -> str:

@@ -12,7 +12,7 @@ from shardprep.executor.slurm.state import as_json, collect, format_view
 from shardprep.job.progress import JobProgress, activity, estimate, planned_input_bytes
 from shardprep.job.schema import Job
 from shardprep.job.state import JobState, format_array_ranges, job_state, load_job
-from shardprep.report.fmt import duration, human_bytes, rate
+from shardprep.report.fmt import duration, human_bytes, number, rate
 from shardprep.report.logs import TAIL_BYTES, read_task_logs
 from shardprep.shard.format import INDEX_FILE, LOG_DIR
 
@@ -41,7 +41,8 @@ def progress_lines(p: JobProgress) -> list[str]:
     if p.elapsed_s:
         at_once = f", {p.parallelism:.1f} task(s) at once" if p.parallelism else ""
         speed = f"{human_bytes(p.input_bytes_per_s)}/s input, " if p.input_bytes_per_s is not None else ""
-        lines.append(f"  throughput so far: {speed}{rate(p.tokens_per_s)}, {p.tasks_per_min:.3g} tasks/min{at_once}")
+        tasks = f"{number(p.tasks_per_min)} tasks/min"
+        lines.append(f"  throughput so far: {speed}{rate(p.tokens_per_s)}, {tasks}{at_once}")
     if p.eta_s is None:
         lines.append(f"  ETA: none ({p.eta_basis})")
     else:

@@ -139,8 +139,9 @@ def estimate(n_tasks: int, planned: Sequence[int], done: Mapping[int, Finished],
     stop = finished if finished is not None else (now if active or not ends else max(ends))
     elapsed = max(0.0, stop - started) if started is not None else None
     eta, basis = _eta(complete, len(done), total - done_bytes, done_bytes, elapsed, len(running), pending)
-    return JobProgress(n_tasks, len(done), tuple(sorted(running)), pending, total, done_bytes, sum(s.tokens for s in done.values()),
-                       sum(s.elapsed_s or 0.0 for s in done.values()), started, finished, elapsed, eta, basis)
+    tokens, task_s = sum(s.tokens for s in done.values()), sum(s.elapsed_s or 0.0 for s in done.values())
+    return JobProgress(n_tasks, len(done), tuple(sorted(running)), pending, total, done_bytes, tokens, task_s,
+                       started, finished, elapsed, eta, basis)
 
 
 def _eta(complete: bool, n_done: int, left: int, done_bytes: int, elapsed: float | None, running: int,
