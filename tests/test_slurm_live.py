@@ -126,6 +126,7 @@ def test_throttled_array_finalizes_through_dependency_and_verifies(tmp_path, slu
         assert orjson.loads((out / f"shard-{i:05d}.json").read_bytes())["stats"]["threads"] == 1
     status = run_cli("status", out)
     assert "done:     6" in status.stdout and "index.json: written" in status.stdout
+    assert "throughput so far:" in status.stdout and "ETA: done" in status.stdout   # timing from the task logs
 
 
 def test_more_tasks_than_max_array_size_run_as_chained_arrays_with_one_finalize(tmp_path, slurm_cluster,
@@ -169,6 +170,8 @@ def test_cancelled_task_is_missing_then_resume_reruns_only_it(tmp_path, slurm_cl
     array_id, finalize_id = _submit_big_and_wait_mid_write(big_corpus, out, sample_tokenizer)
     running = run_cli("status", out, check=5).stdout
     assert "running:       1  [2]" in running and "ETA: ~" in running
+    p = orjson.loads(run_cli("status", out, "--json", check=5).stdout)["progress"]   # squeue: task 2 runs
+    assert (p["done"], p["running"]) == (2, [2]) and p["eta_s"] > 0 and "1 running" in p["eta_basis"]
     subprocess.run(["scancel", f"{array_id}_2"], check=True)
     wait_for_jobs([array_id, finalize_id])
 
