@@ -20,7 +20,8 @@ from shardprep.inputs.discover import InputFile  # noqa: E402
 from shardprep.inputs.readers import WorkItem  # noqa: E402
 from shardprep.job import cutting  # noqa: E402
 from shardprep.job.options import PlanOptions, TokenizeOptions  # noqa: E402
-from shardprep.job.sizing import auto_sizing, human_bytes  # noqa: E402
+from shardprep.units import human_bytes  # noqa: E402
+from shardprep.job.sizing import auto_sizing  # noqa: E402
 
 GB = 1 << 30
 

@@ -139,8 +139,8 @@ def test_a_long_log_is_read_as_its_first_stamp_and_its_tail(tmp_path):
 def job(tmp_path_factory, sample_tokenizer):
     tmp = tmp_path_factory.mktemp("progress")
     out = tmp / "out"
-    run_cli("submit", "--executor", "local", "--workers", "2", "--no-progress", "--backend", "hf",
-            "--input", write_corpus(tmp / "raw"), "--output", out, "--tokenizer", sample_tokenizer)
+    run_cli("submit", "--one-file-per-task", "--executor", "local", "--workers", "2", "--no-progress",
+            "--backend", "hf", "--input", write_corpus(tmp / "raw"), "--output", out, "--tokenizer", sample_tokenizer)
     return out
 
 

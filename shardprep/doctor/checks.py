@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 from shardprep import __version__
 from shardprep.doctor.machine import (FAIL, OK, WARN, Check, check_cpus, check_environment, check_filesystem,
                                       check_memory, check_slurm, check_versions, check_write_permission,
-                                      existing_ancestor, human_bytes)
+                                      existing_ancestor)
+from shardprep.units import human_bytes
 from shardprep.errors import EXIT_INPUT, EXIT_OK, EXIT_TOKENIZER, ShardprepError
 
 if TYPE_CHECKING:  # pragma: no cover

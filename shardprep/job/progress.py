@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Mapping, Protocol, Sequence
 
-from shardprep.doctor.machine import human_bytes
+from shardprep.units import human_bytes
 from shardprep.job.plan_files import TaskTable
 from shardprep.job.schema import Job
 

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
+from shardprep.units import human_bytes
 from shardprep.inputs.discover import InputFile
 from shardprep.job.options import PlanOptions, TokenizeOptions
 
@@ -64,15 +65,6 @@ class Sizing:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def human_bytes(n: float) -> str:
-    """``13.2 MiB``: binary units, as ``--target-task-bytes`` takes them."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    raise AssertionError("unreachable")
 
 
 def floor_bytes(shard_ratio: float | None) -> int:
