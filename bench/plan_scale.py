@@ -8,9 +8,10 @@ Measured, each in its own child process (wall clock and the child's peak RSS fro
    ratio against the 1-input job.  Rounds go over the sizes in turn so machine load hits all alike;
    the median of the rounds is reported.
 3. ``shardprep status`` and ``finalize`` on N sidecars, and ``ShardDataset`` construction + first batch
-   on the N-shard index.  The shards and sidecars are synthesized through the real writers
-   (``ShardWriter``, ``job.task.build_sidecar``, ``write_json_atomic``) with fsync disabled in the
-   synthesizing process only (setup speed; nothing measured runs without fsync).
+   on the N-shard index.  The shards, sidecars and task logs are synthesized through the real writers
+   (``ShardWriter``, ``job.task.build_sidecar``, ``write_json_atomic``, ``job.task._task_log``) with fsync
+   disabled in the synthesizing process only (setup speed; nothing measured runs without fsync).
+   ``status`` reads every task log (its progress and ETA, ``job.progress``).
 
 Usage: python bench/plan_scale.py [--sizes 1,10000,100000,1000000] [--sidecars 10000,100000]
        [--work /tmp/shardprep-plan-scale] [--rounds 5] [--keep] [--json PATH] [--quick] > report.md
@@ -105,7 +106,8 @@ def plan_cmd(out: Path, specs: list[str], tokenizer: Path) -> list[str]:
     args: list[str] = []
     for s in specs:
         args += ["-i", s]
-    return shardprep("plan", *args, "-o", out, "-t", tokenizer)
+    # one task per file: the run-task measurement is a task's cost in a job of N tasks
+    return shardprep("plan", *args, "-o", out, "-t", tokenizer, "--one-file-per-task")
 
 
 # -- measurements -------------------------------------------------------------------------------------
@@ -148,29 +150,34 @@ def bench_run_task(work: Path, sizes: list[int], rounds: int) -> list[dict]:
 
 
 _SYNTH = r"""
-import os, sys
+import logging, os, sys
 from pathlib import Path
 import numpy as np
 os.fsync = lambda fd: None           # setup only: the measured commands run with fsync
 from shardprep.inputs.readers import SkipLog
 from shardprep.job.plan_files import TaskTable
 from shardprep.job.state import load_job
-from shardprep.job.task import build_sidecar
+from shardprep.job.task import _task_log, build_sidecar
 from shardprep.shard.format import shard_name, sidecar_name
 from shardprep.shard.writer import ShardWriter
 from shardprep.storage.atomic import write_json_atomic
 out = Path(sys.argv[1])
 job = load_job(out)
 lengths = np.array([5, 7, 3])
+log = logging.getLogger("shardprep.job.task")
 with TaskTable(out, job) as table:
     for task in table:
         t = task.index
-        w = ShardWriter(out / shard_name(t), task=t, layout=job.options.layout, dtype=job.tokenizer.dtype,
-                        chunk_tokens=job.options.chunk_tokens)
-        w.add(np.arange(1, 16, dtype=np.uint32) + t % 1000, lengths)
-        result = w.close()
-        sidecar = build_sidecar(job, t, result, SkipLog(), {"name": "synthetic"}, task.items, 0.001, 1)
-        write_json_atomic(out / sidecar_name(t), sidecar.to_dict())
+        with _task_log(out, t):      # the task's real log file, with a run's first and last lines
+            log.info("task %d: %s", t, ", ".join(i.describe() for i in task.items))
+            w = ShardWriter(out / shard_name(t), task=t, layout=job.options.layout, dtype=job.tokenizer.dtype,
+                            chunk_tokens=job.options.chunk_tokens)
+            w.add(np.arange(1, 16, dtype=np.uint32) + t % 1000, lengths)
+            result = w.close()
+            sidecar = build_sidecar(job, t, result, SkipLog(), {"name": "synthetic"}, task.items, 0.001, 1)
+            write_json_atomic(out / sidecar_name(t), sidecar.to_dict())
+            log.info("task %d done: %d documents, %d tokens, %d bytes, %d skipped, %.1fs", t, result.documents,
+                     result.tokens, result.bytes, 0, 0.001)
 """
 
 _LOADER = r"""
@@ -196,7 +203,7 @@ def bench_sidecars(work: Path, inputs: Path, sizes: list[int], total: int, token
         started = time.perf_counter()
         measure([sys.executable, "-c", _SYNTH, str(out)])
         os.sync()    # as if every task had fsynced its own files (the synthesizer skipped that)
-        print(f"synthesized {n:,} shards + sidecars in {time.perf_counter() - started:.0f}s", file=sys.stderr)
+        print(f"synthesized {n:,} shards + sidecars + logs in {time.perf_counter() - started:.0f}s", file=sys.stderr)
         status = measure(shardprep("status", out))
         fin = measure(shardprep("finalize", out))
         started = time.perf_counter()
@@ -217,8 +224,9 @@ def bench_sidecars(work: Path, inputs: Path, sizes: list[int], total: int, token
 
 
 def _rerun(out: Path, task: int) -> Sample:
-    """Run ``task`` (again: its shard and sidecar are removed first)."""
-    for done in (out / f"shard-{task:05d}.tar", out / f"shard-{task:05d}.json"):
+    """Run ``task`` (again: its shard, sidecar and log are removed first, so it runs as a first attempt; with
+    its log left, it would look for an earlier attempt's temporary files: a glob of the output directory)."""
+    for done in (out / f"shard-{task:05d}.tar", out / f"shard-{task:05d}.json", out / "logs" / f"task-{task:05d}.log"):
         done.unlink(missing_ok=True)
     return measure(shardprep("run-task", out, "--task-id", task, "--threads", 1))
 

@@ -43,8 +43,7 @@ def plan(corpus: Path, output: Path, backend: str, target_task_bytes: int | None
     shutil.rmtree(output, ignore_errors=True)
     cmd = [python(), "-m", "shardprep", "plan", "-i", str(corpus), "-o", str(output), "-t", str(GPT2),
            "--backend", backend]
-    if target_task_bytes:
-        cmd += ["--target-task-bytes", str(target_task_bytes)]
+    cmd += ["--target-task-bytes", str(target_task_bytes)] if target_task_bytes else ["--one-file-per-task"]
     subprocess.run(cmd, check=True, capture_output=True, env={**os.environ, **_env()})
 
 

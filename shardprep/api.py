@@ -14,10 +14,13 @@ from typing import Any, Callable, Sequence
 
 from shardprep.job.options import PlanOptions, TokenizeOptions
 from shardprep.inputs.discover import discover_inputs
-from shardprep.job.plan import Plan, make_plan, require_documents_possible, write_plan
+from shardprep.job.plan import Plan, existing_plan, make_plan, require_documents_possible, write_plan
+from shardprep.job.sizing import choose_sizing
+from shardprep.shard.format import JOB_FILE
 from shardprep.job.schema import Job
 from shardprep.storage.lock import is_unused_dir, output_lock
 from shardprep.tokenizer.load import resolve_tokenizer
+from shardprep.tokenizer.plan_check import check_at_plan
 
 log = logging.getLogger(__name__)
 
@@ -26,22 +29,25 @@ PrepareDir = Callable[[Path], "dict[str, Any] | None"]   # see plan_job
 
 def plan_job(inputs: Sequence[str | Path], output: str | Path, tokenizer: str | Path,
              options: TokenizeOptions | None = None, plan_options: PlanOptions | None = None, *,
+             task_slots: tuple[int, str] | None = None,
              overwrite: bool = False, prepare_dir: PrepareDir | None = None) -> tuple[Plan, Job]:
     """Discover inputs, resolve the tokenizer, split into tasks and freeze job.json in ``output``.
 
     ``prepare_dir(output) -> dict | None`` runs before job.json is written (Lustre striping must be set
     on the empty directory before the first file); what it returns is recorded as ``job.lustre``.
+    ``task_slots`` (tasks the executor runs at once, why) feeds the default sizing rule (``job.sizing``)
+    unless ``plan_options`` names a shape or ``parallel_tasks``; None: this machine's CPUs.
     Returns the plan and the job as written (or as already present, when identical).
     Holds the output directory's lock throughout (``storage.lock``: one writer per directory); an output
     path that is a file or cannot be written is a one-line error before any input is read.
     """
     with output_lock(output):
-        return _plan_job(inputs, Path(output), tokenizer, options, plan_options, overwrite, prepare_dir)
+        return _plan_job(inputs, Path(output), tokenizer, options, plan_options, overwrite, prepare_dir, task_slots)
 
 
 def _plan_job(inputs: Sequence[str | Path], output: Path, tokenizer: str | Path, options: TokenizeOptions | None,
               plan_options: PlanOptions | None, overwrite: bool,
-              prepare_dir: PrepareDir | None) -> tuple[Plan, Job]:
+              prepare_dir: PrepareDir | None, task_slots: tuple[int, str] | None = None) -> tuple[Plan, Job]:
     options = options or TokenizeOptions()
     plan_options = plan_options or PlanOptions()
     found = discover_inputs([str(i) for i in inputs], strict=options.strict)
@@ -56,7 +62,14 @@ def _plan_job(inputs: Sequence[str | Path], output: Path, tokenizer: str | Path,
         from shardprep.errors import TokenizerError
 
         raise TokenizerError(f"tokenizer {tokenizer} has no BOS token", hint="name one with --bos-token")
-    plan = make_plan(found, resolved, options, plan_options)
+    previous = None if overwrite else existing_plan(output / JOB_FILE)
+    sizing = choose_sizing(found, resolved, options, plan_options, task_slots,
+                           previous if isinstance(previous, Job) else None)
+    backend_check = check_at_plan(resolved.json, backend=options.backend,
+                                  allow_special_tokens=options.allow_special_tokens,
+                                  fingerprint=resolved.info.fingerprint)
+    plan = make_plan(found, resolved, options, PlanOptions(target_task_bytes=sizing.target_task_bytes), sizing,
+                     backend_check)
     lustre: dict[str, Any] | None = None
     if prepare_dir is not None:
         if is_unused_dir(output):      # new: only the lock file in it
@@ -68,8 +81,12 @@ def _plan_job(inputs: Sequence[str | Path], output: Path, tokenizer: str | Path,
 
 def tokenize_directory(inputs: str | Path | Sequence[str | Path], output: str | Path, tokenizer: str | Path, *,
                        workers: int | None = None, overwrite: bool = False, target_task_bytes: int | None = None,
-                       show_progress: bool = False, **options: Any) -> Path:
-    """Plan, run every task locally and finalize; return the output directory (holding index.json)."""
+                       one_file_per_task: bool = False, show_progress: bool = False, **options: Any) -> Path:
+    """Plan, run every task locally and finalize; return the output directory (holding index.json).
+
+    Tasks are sized from the data (``job.sizing``) unless ``target_task_bytes`` or ``one_file_per_task``.
+    """
+    from shardprep.executor import task_slots
     from shardprep.executor.local import LocalExecutor, LocalOptions
     from shardprep.job.state import job_state
 
@@ -77,7 +94,8 @@ def tokenize_directory(inputs: str | Path | Sequence[str | Path], output: str | 
         inputs = [inputs]
     local = LocalOptions(workers, show_progress)          # bad values fail before anything is written
     with output_lock(output):
-        plan_job(inputs, output, tokenizer, TokenizeOptions(**options), PlanOptions(target_task_bytes),
+        plan_job(inputs, output, tokenizer, TokenizeOptions(**options),
+                 PlanOptions(target_task_bytes, one_file_per_task), task_slots=task_slots("local", local),
                  overwrite=overwrite)
         missing = job_state(Path(output)).missing
         LocalExecutor(local).launch(Path(output), missing)

@@ -48,7 +48,7 @@ def planned_with_slurm_record(tmp_path: Path, tokenizer: Path, options: dict, jo
     for i in range(tasks):
         (inp / f"{i}.txt").write_text(f"doc {i}\n")
     out = tmp_path / "out"
-    run_cli("plan", "-i", inp, "-o", out, "-t", tokenizer)
+    run_cli("plan", "--one-file-per-task", "-i", inp, "-o", out, "-t", tokenizer)
     (out / "logs").mkdir(exist_ok=True)
     ids = f"0-{tasks - 1}"
     rec = SubmissionRecorder(out, {"executor": "slurm", "tasks": ids, "options": options})

@@ -28,7 +28,7 @@ def make_dataset(root: Path, tokenizer: Path, docs_per_file: list[int], *, chunk
     from shardprep.api import tokenize_directory
 
     corpus = write_uneven_corpus(root / "corpus", docs_per_file, seed=seed)
-    return tokenize_directory(corpus, root / "out", tokenizer, workers=1, chunk_tokens=chunk_tokens, layout=layout)
+    return tokenize_directory(corpus, root / "out", tokenizer, workers=1, chunk_tokens=chunk_tokens, layout=layout, one_file_per_task=True)
 
 
 def documents_by_shard(output: Path) -> list[list[list[int]]]:

@@ -40,7 +40,7 @@ def write_corpus(raw: Path, files: int = 3, lines: int = 60) -> Path:
 def make_job(tmp: Path, tokenizer: Path, *extra: str) -> Path:
     """A finished job (local executor, hf backend) over ``write_corpus``."""
     out = tmp / "out"
-    run_cli("submit", "--executor", "local", "--workers", "2", "--no-progress", "--backend", "hf",
+    run_cli("submit", "--one-file-per-task", "--executor", "local", "--workers", "2", "--no-progress", "--backend", "hf",
             "--input", write_corpus(tmp / "raw"), "--output", out, "--tokenizer", tokenizer, *extra)
     return out
 

@@ -17,7 +17,7 @@ from shardprep.errors import EXIT_INCOMPLETE, EXIT_INPUT, EXIT_PLAN_CONFLICT, EX
 
 
 def _submit(inp, out, tok, *extra, check=True):
-    return run_cli("submit", "-i", inp, "-o", out, "-t", tok, "--no-progress", *extra, check=check)
+    return run_cli("submit", "--one-file-per-task", "-i", inp, "-o", out, "-t", tok, "--no-progress", *extra, check=check)
 
 
 def _sidecar(out: Path, task: int = 0) -> dict:
@@ -158,7 +158,7 @@ def test_mismatched_resubmit_is_refused_then_overwritten(tmp_path, sample_tokeni
 def test_changed_input_after_planning_is_refused(tmp_path, sample_tokenizer):
     f = tmp_path / "in.txt"
     f.write_text("hello world\n")
-    run_cli("plan", "-i", f, "-o", tmp_path / "o", "-t", sample_tokenizer)
+    run_cli("plan", "--one-file-per-task", "-i", f, "-o", tmp_path / "o", "-t", sample_tokenizer)
     f.write_text("hello world, changed\n")
     proc = run_cli("run-task", tmp_path / "o", "--task-id", "0", check=EXIT_INPUT)
     assert "changed since it was planned" in proc.stderr

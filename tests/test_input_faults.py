@@ -22,7 +22,7 @@ from shardprep.errors import EXIT_INPUT
 
 
 def _submit(inp, out, tok, *extra, check=True):
-    return run_cli("submit", "-i", inp, "-o", out, "-t", tok, "--no-progress", *extra, check=check)
+    return run_cli("submit", "--one-file-per-task", "-i", inp, "-o", out, "-t", tok, "--no-progress", *extra, check=check)
 
 
 def _default_sigint() -> None:
@@ -117,7 +117,7 @@ def test_input_changed_while_its_task_reads_it_fails_the_task(tmp_path, sample_t
     path = tmp_path / name
     _write_big(path, 3)
     out = tmp_path / "o"
-    run_cli("plan", "-i", path, "-o", out, "-t", sample_tokenizer, "--backend", "hf")
+    run_cli("plan", "--one-file-per-task", "-i", path, "-o", out, "-t", sample_tokenizer, "--backend", "hf")
     proc = subprocess.Popen([sys.executable, "-m", "shardprep", "run-task", str(out), "--task-id", "0", "--threads", "1"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint)
     try:

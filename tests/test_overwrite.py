@@ -16,7 +16,7 @@ from shardprep.storage.lock import LOCK_FILE
 
 
 def _submit(inp: Path, out: Path, tok: Path, *extra: str, check: bool | int = True):
-    return run_cli("submit", "-i", inp, "-o", out, "-t", tok, "--no-progress", *extra, check=check)
+    return run_cli("submit", "--one-file-per-task", "-i", inp, "-o", out, "-t", tok, "--no-progress", *extra, check=check)
 
 
 def _all_files(out: Path) -> list[str]:

@@ -134,7 +134,7 @@ def _wait_until(condition, what: str, timeout: float = 120) -> None:
 def test_live_task_stopped_at_every_attempt_gives_up_after_the_cap(tmp_path, slurm_cluster, slow_corpus,
                                                                  sample_tokenizer):
     out = tmp_path / "out"
-    proc = run_cli("submit", "--executor", "slurm", "-i", slow_corpus, "-o", out, "-t", sample_tokenizer,
+    proc = run_cli("submit", "--one-file-per-task", "--executor", "slurm", "-i", slow_corpus, "-o", out, "-t", sample_tokenizer,
                    "--backend", "hf", "--chunk-tokens", "2000", "--time", "5", "--signal-seconds", "30",
                    "--mem", "500M", "--max-requeues", "1")
     array_id, finalize_id = submitted_job_ids(proc.stdout)

@@ -15,7 +15,7 @@ from shardprep.api import plan_job
 from shardprep.demo_data import write_sample_corpus
 from shardprep.errors import InputDataError, RecordError
 from shardprep.job.finalize import finalize
-from shardprep.job.options import TokenizeOptions
+from shardprep.job.options import PlanOptions, TokenizeOptions
 from shardprep.job.schema import ChunkTable, Fields, Index, Job, Sidecar
 from shardprep.job.state import job_state, load_job
 from shardprep.job.task import run_task
@@ -31,7 +31,8 @@ def job_dir(tmp_path_factory, sample_tokenizer) -> Path:
     root = tmp_path_factory.mktemp("schema")
     corpus = write_sample_corpus(root / "corpus", files=3, docs_per_file=60)
     out = root / "out"
-    plan_job([corpus], out, sample_tokenizer, TokenizeOptions(chunk_tokens=512, backend="hf"))
+    plan_job([corpus], out, sample_tokenizer, TokenizeOptions(chunk_tokens=512, backend="hf"),
+             PlanOptions(one_file_per_task=True))
     for t in job_state(out).missing:
         run_task(out, t, threads=1)
     finalize(out)

@@ -41,7 +41,7 @@ def corpus6(tmp_path_factory) -> Path:
 def corpus6_local(tmp_path_factory, corpus6, sample_tokenizer) -> Path:
     """The same job run by the local executor: the bytes every Slurm run must reproduce."""
     out = tmp_path_factory.mktemp("ref6") / "out"
-    run_cli("submit", "-i", corpus6, "-o", out, "-t", sample_tokenizer, "--no-progress")
+    run_cli("submit", "--one-file-per-task", "-i", corpus6, "-o", out, "-t", sample_tokenizer, "--no-progress")
     return out
 
 
@@ -56,7 +56,7 @@ def big_corpus(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def big_local(tmp_path_factory, big_corpus, sample_tokenizer) -> Path:
     out = tmp_path_factory.mktemp("refbig") / "out"
-    run_cli("submit", "-i", big_corpus, "-o", out, "-t", sample_tokenizer, *BIG_OPTIONS, "--no-progress")
+    run_cli("submit", "--one-file-per-task", "-i", big_corpus, "-o", out, "-t", sample_tokenizer, *BIG_OPTIONS, "--no-progress")
     return out
 
 
@@ -83,7 +83,7 @@ def _wait_mid_write(out: Path, task: int, timeout: float = 90) -> None:
 def _submit_big_and_wait_mid_write(corpus: Path, out: Path, tokenizer: Path) -> tuple[str, str]:
     """Submit the 3-task big corpus job; return (array id, finalize id) once task 2 is mid-write and the two
     small tasks are done (task 2 may start writing before task 1, sharing the 2 CPUs, has finished)."""
-    proc = run_cli("submit", "--executor", "slurm", "-i", corpus, "-o", out, "-t", tokenizer, *BIG_OPTIONS, *COMMON)
+    proc = run_cli("submit", "--one-file-per-task", "--executor", "slurm", "-i", corpus, "-o", out, "-t", tokenizer, *BIG_OPTIONS, *COMMON)
     array_id, finalize_id = submitted_job_ids(proc.stdout)
     _wait_mid_write(out, 2)
     deadline = time.monotonic() + 30
@@ -105,7 +105,7 @@ def _texts_in_plan_order(out: Path) -> list[str]:
 def test_throttled_array_finalizes_through_dependency_and_verifies(tmp_path, slurm_cluster, corpus6,
                                                                    corpus6_local, sample_tokenizer):
     out = tmp_path / "out"
-    proc = run_cli("submit", "--executor", "slurm", "-i", corpus6, "-o", out, "-t", sample_tokenizer,
+    proc = run_cli("submit", "--one-file-per-task", "--executor", "slurm", "-i", corpus6, "-o", out, "-t", sample_tokenizer,
                    "--max-parallel", "2", *COMMON)
     array_id, finalize_id = submitted_job_ids(proc.stdout)
     shown = subprocess.run(["scontrol", "show", "job", array_id], capture_output=True, text=True).stdout
@@ -126,6 +126,7 @@ def test_throttled_array_finalizes_through_dependency_and_verifies(tmp_path, slu
         assert orjson.loads((out / f"shard-{i:05d}.json").read_bytes())["stats"]["threads"] == 1
     status = run_cli("status", out)
     assert "done:     6" in status.stdout and "index.json: written" in status.stdout
+    assert "throughput so far:" in status.stdout and "ETA: done" in status.stdout   # timing from the task logs
 
 
 def test_more_tasks_than_max_array_size_run_as_chained_arrays_with_one_finalize(tmp_path, slurm_cluster,
@@ -133,7 +134,7 @@ def test_more_tasks_than_max_array_size_run_as_chained_arrays_with_one_finalize(
     corpus = _write_corpus(tmp_path / "in", 10, 40, seed=300)
     out = tmp_path / "out"
     with max_array_size(4):
-        proc = run_cli("submit", "--executor", "slurm", "-i", corpus, "-o", out, "-t", sample_tokenizer,
+        proc = run_cli("submit", "--one-file-per-task", "--executor", "slurm", "-i", corpus, "-o", out, "-t", sample_tokenizer,
                        "--max-parallel", "2", *COMMON)
     ids = submitted_job_ids(proc.stdout)
     again = run_cli("submit", "--resume", out, check=2)     # no second attempt while the first is queued
@@ -169,6 +170,8 @@ def test_cancelled_task_is_missing_then_resume_reruns_only_it(tmp_path, slurm_cl
     array_id, finalize_id = _submit_big_and_wait_mid_write(big_corpus, out, sample_tokenizer)
     running = run_cli("status", out, check=5).stdout
     assert "running:       1  [2]" in running and "ETA: ~" in running
+    p = orjson.loads(run_cli("status", out, "--json", check=5).stdout)["progress"]   # squeue: task 2 runs
+    assert (p["done"], p["running"]) == (2, [2]) and p["eta_s"] > 0 and "1 running" in p["eta_basis"]
     subprocess.run(["scancel", f"{array_id}_2"], check=True)
     wait_for_jobs([array_id, finalize_id])
 
@@ -200,7 +203,7 @@ def test_strict_failure_is_visible_with_log_tail_and_no_index(tmp_path, slurm_cl
     corpus = _write_corpus(tmp_path / "in", 3, 30, seed=500)
     (corpus / "part-01.txt").write_bytes(b"fine line\nanother\n\xff\xfe broken utf-8\nlast\n")
     out = tmp_path / "out"
-    proc = run_cli("submit", "--executor", "slurm", "-i", corpus, "-o", out, "-t", sample_tokenizer, "--strict",
+    proc = run_cli("submit", "--one-file-per-task", "--executor", "slurm", "-i", corpus, "-o", out, "-t", sample_tokenizer, "--strict",
                    *COMMON)
     ids = submitted_job_ids(proc.stdout)
     wait_for_jobs(ids)
@@ -216,7 +219,7 @@ def test_strict_failure_is_visible_with_log_tail_and_no_index(tmp_path, slurm_cl
 
 def test_submitit_produces_the_same_bytes(tmp_path, slurm_cluster, corpus6, corpus6_local, sample_tokenizer):
     out = tmp_path / "out"
-    proc = run_cli("submit", "--executor", "submitit", "-i", corpus6, "-o", out, "-t", sample_tokenizer,
+    proc = run_cli("submit", "--one-file-per-task", "--executor", "submitit", "-i", corpus6, "-o", out, "-t", sample_tokenizer,
                    "--max-parallel", "2", *COMMON)
     ids = submitted_job_ids(proc.stdout)
     wait_for_jobs(ids)
@@ -271,7 +274,8 @@ def test_stage_as_a_job_then_tokenize(tmp_path, slurm_cluster, s3_endpoint, corp
     dest, out = tmp_path / "raw", tmp_path / "shards"
     proc = run_cli("stage", f"s3://{bucket}/raw/", dest, "--endpoint-url", s3_endpoint, "--no-stripe",
                    "--submit", "--cpus-per-task", "1", "--time", "5",
-                   "--then-tokenize", "--output", out, "--tokenizer", sample_tokenizer, *COMMON, env=env)
+                   "--then-tokenize", "--output", out, "--tokenizer", sample_tokenizer, "--one-file-per-task", *COMMON,
+                   env=env)
     job_id = proc.stdout.split()[-1]
     state = dest / ".shardprep-stage" / "slurm"
     script = (state / "001-stage.sbatch").read_text()
@@ -299,7 +303,7 @@ def test_templates_by_hand_plan_tokenize_finalize_then_train(tmp_path, slurm_clu
     from slurm_cluster import REPO
 
     out = tmp_path / "out"
-    run_cli("plan", "-i", corpus6, "-o", out, "-t", sample_tokenizer)
+    run_cli("plan", "--one-file-per-task", "-i", corpus6, "-o", out, "-t", sample_tokenizer)
     (out / "logs").mkdir(exist_ok=True)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -325,3 +329,23 @@ def test_templates_by_hand_plan_tokenize_finalize_then_train(tmp_path, slurm_clu
     train_log = (tmp_path / f"train-{train}.out").read_text()
     assert "1 node(s) x 2 worker(s)" in train_log, train_log
     assert sorted(p.name for p in (tmp_path / "rec").glob("rank*.jsonl")) == ["rank0.jsonl", "rank1.jsonl"], train_log
+
+
+def test_hundreds_of_tiny_files_run_as_a_handful_of_tasks_by_default(tmp_path, slurm_cluster, sample_tokenizer):
+    """Issue 12: 300 small jsonl files of non-English text, default options: the plan packs them (one task
+    here, not 300), says why, and the job finishes finalized, verified and token-exact."""
+    corpus = tmp_path / "in"
+    corpus.mkdir()
+    texts = []
+    for k in range(300):
+        docs = [f"리뷰 {k}-{j}: 배송이 빠르고 품질이 좋아요. " + t for j, t in enumerate(sample_documents(3, seed=k))]
+        (corpus / f"review-{k:04d}.jsonl").write_text("".join(orjson.dumps({"text": d}).decode() + "\n" for d in docs))
+        texts += docs
+    out = tmp_path / "out"
+    proc = run_cli("submit", "--executor", "slurm", "-i", corpus, "-o", out, "-t", sample_tokenizer, *COMMON)
+    assert "partition dev: 2 CPUs / --cpus-per-task 1" in proc.stdout       # slots from sinfo
+    assert "-> 1 task(s) [auto:" in proc.stdout
+    wait_for_jobs(submitted_job_ids(proc.stdout))
+    assert len(plan_tasks(out)) == 1 and (out / "index.json").exists()
+    run_cli("verify", out)
+    assert shard_documents(out) == reference_ids(sample_tokenizer, texts, eos_id(sample_tokenizer))

@@ -94,7 +94,7 @@ def test_extra_lines_are_normalised():
 
 def test_bad_option_on_the_command_line_exits_2_naming_it(tmp_path, sample_tokenizer):
     (tmp_path / "a.txt").write_text("hello world\n")
-    proc = run_cli("submit", "--executor", "slurm", "--dry-run", "-i", tmp_path / "a.txt", "-o", tmp_path / "o",
+    proc = run_cli("submit", "--one-file-per-task", "--executor", "slurm", "--dry-run", "-i", tmp_path / "a.txt", "-o", tmp_path / "o",
                    "-t", sample_tokenizer, "--mem", "16 G", check=2)
     assert "--mem" in proc.stderr and "16 G" in proc.stderr
 
@@ -252,7 +252,7 @@ def test_dry_run_prints_scripts_matching_the_options_and_submits_nothing(tmp_pat
     for i in range(3):
         (inp / f"{i}.txt").write_text(f"document {i}\nanother line {i}\n")
     out = tmp_path / "out"
-    proc = run_cli("submit", "--executor", "slurm", "--dry-run", "-i", inp, "-o", out, "-t", sample_tokenizer,
+    proc = run_cli("submit", "--one-file-per-task", "--executor", "slurm", "--dry-run", "-i", inp, "-o", out, "-t", sample_tokenizer,
                    "--partition", "debug", "--time", "00:20:00", "--mem", "2G", "--cpus-per-task", "3",
                    "--max-parallel", "2", "--signal-seconds", "90", "--sbatch-extra", "nice=10",
                    env={"SHARDPREP_TEST_SECRET": "do-not-copy"})

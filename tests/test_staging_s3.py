@@ -595,7 +595,7 @@ def test_round_trip_stage_tokenize_upload_read_back(s3_endpoint, bucket, tmp_pat
     staged = tmp_path / "staged"
     r = run_cli("stage", f"s3://{bucket}/raw/", str(staged), "--endpoint-url", s3_endpoint)
     assert r.returncode == 0, r.stderr
-    out = pipeline.tokenize_directory(staged, tmp_path / "shards", tokenizer, chunk_tokens=4096)
+    out = pipeline.tokenize_directory(staged, tmp_path / "shards", tokenizer, chunk_tokens=4096, one_file_per_task=True)
     index = json.loads((out / "index.json").read_text())
     assert index["totals"]["shards"] == 3 and index["totals"]["tokens"] > 0
     r = run_cli("upload", str(out), f"s3://{bucket}/shards/", "--endpoint-url", s3_endpoint)

@@ -21,12 +21,14 @@ from shardprep.job.schema import Job
 from shardprep.job.state import job_state, load_job
 from shardprep.job.task import run_task
 
+ONE_EACH = PlanOptions(one_file_per_task=True)   # these tests need several tasks from a few small files
+
 
 @pytest.fixture()
 def planned(tmp_path, sample_tokenizer) -> Path:
     corpus = write_sample_corpus(tmp_path / "corpus", files=3, docs_per_file=20)
     out = tmp_path / "out"
-    plan_job([corpus], out, sample_tokenizer, TokenizeOptions(backend="hf"), PlanOptions(None))
+    plan_job([corpus], out, sample_tokenizer, TokenizeOptions(backend="hf"), PlanOptions(one_file_per_task=True))
     return out
 
 
@@ -73,7 +75,7 @@ def fifty(tmp_path, sample_tokenizer, monkeypatch) -> Path:
     for i in range(50):
         (corpus / f"f{i:03d}.txt").write_text(f"document number {i}\n")
     out = tmp_path / "out"
-    plan_job([corpus], out, sample_tokenizer, TokenizeOptions(backend="hf"))
+    plan_job([corpus], out, sample_tokenizer, TokenizeOptions(backend="hf"), ONE_EACH)
     return out
 
 
@@ -141,9 +143,9 @@ def test_replanning_names_what_changed(fifty, sample_tokenizer):
     corpus = fifty.parent / "corpus"
     os.utime(corpus / "f005.txt", ns=(5, 5))
     with pytest.raises(PlanConflictError, match=r"input\(s\) changed since planning \(size/mtime\): \S*f005.txt"):
-        plan_job([corpus], fifty, sample_tokenizer, TokenizeOptions(backend="hf"))
+        plan_job([corpus], fifty, sample_tokenizer, TokenizeOptions(backend="hf"), ONE_EACH)
     (corpus / "new.txt").write_text("x\n")
     with pytest.raises(PlanConflictError, match=r"the input files differ \(50 before, 51 now\)"):
-        plan_job([corpus], fifty, sample_tokenizer, TokenizeOptions(backend="hf"))
-    job = plan_job([corpus], fifty, sample_tokenizer, TokenizeOptions(backend="hf"), overwrite=True)[1]
+        plan_job([corpus], fifty, sample_tokenizer, TokenizeOptions(backend="hf"), ONE_EACH)
+    job = plan_job([corpus], fifty, sample_tokenizer, TokenizeOptions(backend="hf"), ONE_EACH, overwrite=True)[1]
     assert job.n_tasks == 51 and not list(fifty.glob(".plan.*"))   # no staging directory left behind

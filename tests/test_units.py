@@ -14,7 +14,7 @@ from shardprep.job.options import PlanOptions, TokenizeOptions
 from shardprep.inputs.discover import InputFile, discover_inputs
 from shardprep.inputs.readers import SkipLog, WorkItem, iter_documents
 from shardprep.job.state import format_array_ranges, parse_array_ranges
-from shardprep.job.plan import split_into_tasks
+from shardprep.job.cutting import split_into_tasks
 from shardprep.shard.reader import LocalSource, read_chunk, walk_tar
 from shardprep.shard.writer import ShardWriter
 from shardprep.tokenizer.backend import add_boundary_tokens
@@ -44,11 +44,12 @@ def test_split_ranges_read_every_document_exactly_once(tmp_path_factory, lines, 
     assert pieces == whole
 
 
-def test_small_files_pack_by_bytes(tmp_path):
+def test_small_files_pack_by_bytes_and_a_small_leftover_joins_the_task_before_it(tmp_path):
     for i, size in enumerate([10, 10, 10, 50, 5, 5]):
         (tmp_path / f"{i}.txt").write_text("x" * (size - 1) + "\n")
     tasks = split_into_tasks(discover_inputs([str(tmp_path)]), PlanOptions(30), TokenizeOptions())
-    assert [[w.input for w in t] for t in tasks] == [[0, 1, 2], [3], [4, 5]]
+    # file 3 (one 50-byte line) cannot be cut; the 10-byte pack of files 4 and 5 joins the task before it
+    assert [[w.input for w in t] for t in tasks] == [[0, 1, 2], [3, 4, 5]]
     one_each = split_into_tasks(discover_inputs([str(tmp_path)]), PlanOptions(None), TokenizeOptions())
     assert [[w.input for w in t] for t in one_each] == [[i] for i in range(6)]
 

@@ -41,7 +41,7 @@ def test_shard_that_differs_from_its_sidecar_is_not_uploaded(tmp_path, s3_endpoi
     for i in range(2):
         (raw / f"part{i}.txt").write_text("\n".join(sample_documents(300, seed=i)) + "\n")
     out = tmp_path / "out"
-    run_cli("submit", "-i", raw, "-o", out, "-t", sample_tokenizer, "--no-progress")
+    run_cli("submit", "--one-file-per-task", "-i", raw, "-o", out, "-t", sample_tokenizer, "--no-progress")
     shard = out / "shard-00001.tar"
     data = bytearray(shard.read_bytes())
     data[len(data) // 2] ^= 0x01                        # a flipped bit, same size

@@ -153,12 +153,17 @@ def add_plan_arguments(p: argparse.ArgumentParser, *, required: bool = True) -> 
     add_field(g, "--chunk-tokens", owner=tok, type=int,
               help="pack layout: tokens per sample (documents are never split)")
     add_field(g, "--target-task-bytes", owner=PlanOptions, type=size_arg, shown=size_text,
-              help="balance tasks by input bytes: pack small files together and split large uncompressed "
-                   "txt/jsonl (and parquet/arrow) files; default: one input file per task")
+              help="input bytes per task: pack smaller files together, split larger uncompressed txt/jsonl "
+                   "(and parquet/arrow) files; default: chosen from the data (docs/slurm.md, 'Task sizing')")
+    add_field(g, "--one-file-per-task", owner=PlanOptions, action="store_true",
+              help="one task (and one shard) per input file, whatever the sizes")
+    add_field(g, "--parallel-tasks", owner=PlanOptions, type=count_arg(), metavar="N",
+              help="tasks the cluster runs at once, for the default sizing (default: the executor's: local "
+                   "workers, the Slurm partition's CPUs / --cpus-per-task, or --max-parallel)")
 
 
-def plan_from_args(args: argparse.Namespace) -> tuple[Plan, Job]:
-    """Plan and freeze the job described by the command line; returns (plan, job)."""
+def plan_from_args(args: argparse.Namespace, task_slots: tuple[int, str] | None = None) -> tuple[Plan, Job]:
+    """Plan and freeze the job of the command line; ``task_slots``: the executor's (job.sizing)."""
     from shardprep.api import plan_job
 
     if not args.input:
@@ -167,7 +172,7 @@ def plan_from_args(args: argparse.Namespace) -> tuple[Plan, Job]:
         raise ConfigError("--tokenizer is required (tokenizer.json, a directory, or a hub id)")
     layout = stripe_layout_from_args(args, default=DEFAULT_SHARD_LAYOUT)
     return plan_job(args.input, args.output, args.tokenizer, from_fields(TokenizeOptions, args),
-                    from_fields(PlanOptions, args), overwrite=args.overwrite,
+                    from_fields(PlanOptions, args), task_slots=task_slots, overwrite=args.overwrite,
                     prepare_dir=lambda out: prepare_output_dir(out, layout))
 
 

@@ -1,22 +1,53 @@
-"""``shardprep status``: done / missing tasks (Slurm array syntax), totals, from the sidecars."""
+"""``shardprep status``: done / missing tasks (Slurm array syntax), totals, throughput so far and the
+whole job's ETA (``job.progress``), from the sidecars, the plan and the task logs; plus the Slurm view."""
 
 from __future__ import annotations
 
 import argparse
+import time
 from pathlib import Path
 
 from shardprep.errors import EXIT_INCOMPLETE
-from shardprep.executor.slurm.state import slurm_status_json, slurm_status_lines
-from shardprep.job.state import format_array_ranges, job_state, load_job
-from shardprep.shard.format import INDEX_FILE
+from shardprep.executor.slurm.state import as_json, collect, format_view
+from shardprep.job.progress import JobProgress, activity, estimate, planned_input_bytes
+from shardprep.job.schema import Job
+from shardprep.job.state import JobState, format_array_ranges, job_state, load_job
+from shardprep.report.fmt import duration, human_bytes, number, rate
+from shardprep.report.logs import TAIL_BYTES, read_task_logs
+from shardprep.shard.format import INDEX_FILE, LOG_DIR
 
 NAME = "status"
-HELP = "show done/missing tasks, token and document totals of an output directory"
+HELP = "show done/missing tasks, totals, throughput so far and the job's ETA of an output directory"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("output", metavar="OUTPUT", help="output directory holding job.json")
     p.add_argument("--json", action="store_true", help="print machine-readable JSON instead of text")
+
+
+def job_progress(output: Path, job: Job, state: JobState, slurm: dict | None, now: float) -> JobProgress:
+    """``job.progress.estimate`` on a local output: each log read only up to its last attempt."""
+    logs = read_task_logs(output / LOG_DIR, TAIL_BYTES)
+    running, pending = activity(state.done, logs, slurm)
+    return estimate(state.n_tasks, planned_input_bytes(output, job), state.done, logs, now,
+                    running=running, pending=pending)
+
+
+def progress_lines(p: JobProgress) -> list[str]:
+    """Work done, wall time, throughput so far and the ETA, for people."""
+    share = f"{p.work_done:.1%}" if p.work_done is not None else "?"
+    lines = [f"  progress: {share} of the planned input ({human_bytes(p.done_bytes)} of {human_bytes(p.input_bytes)})"
+             + (f", {duration(p.elapsed_s)} since the first task started" if p.elapsed_s is not None else "")]
+    if p.elapsed_s:
+        at_once = f", {p.parallelism:.1f} task(s) at once" if p.parallelism else ""
+        speed = f"{human_bytes(p.input_bytes_per_s)}/s input, " if p.input_bytes_per_s is not None else ""
+        tasks = f"{number(p.tasks_per_min)} tasks/min"
+        lines.append(f"  throughput so far: {speed}{rate(p.tokens_per_s)}, {tasks}{at_once}")
+    if p.eta_s is None:
+        lines.append(f"  ETA: none ({p.eta_basis})")
+    else:
+        lines.append(f"  ETA: ~{duration(p.eta_s)} ({p.eta_basis})" if p.eta_s else "  ETA: done")
+    return lines
 
 
 def run(args: argparse.Namespace) -> int:
@@ -25,14 +56,18 @@ def run(args: argparse.Namespace) -> int:
     state = job_state(output, job)
     totals = state.totals()
     finalized = (output / INDEX_FILE).exists()
+    view = collect(output, state)
+    slurm = as_json(view) if view else None
+    now = time.time()
+    progress = job_progress(output, job, state, slurm, now)
     if args.json:
         import orjson
 
         print(orjson.dumps({
-            "output": str(output), "tasks": state.n_tasks, "done": sorted(state.done),
+            "output": str(output), "generated_at": now, "tasks": state.n_tasks, "done": sorted(state.done),
             "missing": state.missing, "missing_ranges": format_array_ranges(state.missing),
             "problems": {str(k): v for k, v in state.problems.items()}, "totals": totals, "finalized": finalized,
-            "slurm": slurm_status_json(output, state),
+            "progress": progress.to_dict(), "slurm": slurm,
         }, option=orjson.OPT_INDENT_2).decode())
     else:
         print(f"{output}: plan {job.fingerprint[:12]}, {state.n_tasks} task(s)")
@@ -40,7 +75,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"  missing:  {len(state.missing)}" + (f"  [{format_array_ranges(state.missing)}]" if state.missing else ""))
         print(f"  documents {totals['documents']:,}, tokens {totals['tokens']:,}, bytes {totals['bytes']:,}, "
               f"skipped {totals['skipped']:,}")
+        for line in progress_lines(progress):
+            print(line)
         print(f"  index.json: {'written' if finalized else 'not yet (run shardprep finalize)'}")
-        for line in slurm_status_lines(output, state):
+        for line in format_view(output, view) if view else []:
             print(line)
     return 0 if state.complete else EXIT_INCOMPLETE

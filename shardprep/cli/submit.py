@@ -8,7 +8,8 @@ from pathlib import Path
 from shardprep.cli.args import (add_executor_arguments, add_plan_arguments, add_slurm_arguments, executor_from_args,
                                 plan_from_args)
 from shardprep.errors import ConfigError
-from shardprep.executor import Executor, make_executor
+from shardprep.cli.plan import sizing_line
+from shardprep.executor import Executor, make_executor, task_slots
 from shardprep.job.schema import Job
 from shardprep.job.state import format_array_ranges, job_state, load_job
 from shardprep.loader.index import read_index
@@ -44,7 +45,7 @@ def _resume(args: argparse.Namespace) -> tuple[Path, Job]:
                            output / TOKENIZER_FILE)
     if args.input or args.tokenizer:  # a full command line was given as well: it must match the frozen plan
         args.output = str(output)
-        _, job = plan_from_args(args)  # raises PlanConflictError on any difference
+        _, job = plan_from_args(args, args.task_slots)  # raises PlanConflictError on any difference
     return output, job
 
 
@@ -52,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
     # the executor first: a missing extra or a bad Slurm option fails before anything is planned or written
     name, options = executor_from_args(args, resume=Path(args.resume) if args.resume else None)
     executor = make_executor(name, options, finalize=not args.no_finalize)
+    args.task_slots = None if args.resume else task_slots(name, options)
     if not (args.resume or args.output):
         raise ConfigError("--output is required (or --resume DIR)")
     # one writer per output directory: held while planning and launching (for the local executor, until
@@ -64,8 +66,9 @@ def _plan_and_launch(args: argparse.Namespace, executor: Executor) -> int:
     if args.resume:
         output, job = _resume(args)
     else:
-        _, job = plan_from_args(args)
+        _, job = plan_from_args(args, args.task_slots)
         output = Path(args.output)
+        print(sizing_line(job))
     state = job_state(output, job)
     todo = state.missing
     print(f"{output}: {state.n_tasks} task(s), {len(state.done)} done, to run: {format_array_ranges(todo) or 'none'}")

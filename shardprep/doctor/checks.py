@@ -26,7 +26,10 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 from shardprep import __version__
 from shardprep.doctor.machine import (FAIL, OK, WARN, Check, check_cpus, check_environment, check_filesystem,
                                       check_memory, check_slurm, check_versions, check_write_permission,
-                                      existing_ancestor, human_bytes)
+                                      existing_ancestor)
+from shardprep.job.resources import usable_cpus
+from shardprep.job.sizing import auto_sizing
+from shardprep.units import human_bytes
 from shardprep.errors import EXIT_INPUT, EXIT_OK, EXIT_TOKENIZER, ShardprepError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -183,11 +186,14 @@ def check_input(ctx: Context) -> Check:
         key = inp.format + (f".{inp.compression}" if inp.compression else "")
         formats[key] = formats.get(key, 0) + 1
     total = sum(i.size for i in ctx.found)
+    sizing = auto_sizing(ctx.found, usable_cpus(), "this machine's CPUs", None)
     details = {"skipped": False, "files": len(ctx.found), "bytes": total,
                "estimated_text_bytes": ctx.text_bytes, "formats": formats, "tasks_one_per_file": len(ctx.found),
+               "default_target_task_bytes": sizing.target_task_bytes,
                "sample_documents": len(ctx.sample), "sample_skips": skipped}
     msg = (f"{len(ctx.found):,} file(s), {human_bytes(total)} ({', '.join(f'{n} {k}' for k, n in formats.items())}); "
-           f"one task per file = {len(ctx.found):,} task(s)")
+           f"default sizing: about {human_bytes(sizing.target_task_bytes or 0)} per task here "
+           f"(`plan` prints the exact tasks; --one-file-per-task: {len(ctx.found):,})")
     if ctx.sample:
         ctx.sample_source = f"the first documents of {ctx.found[0].path}"
     elif skipped.get("missing_field"):

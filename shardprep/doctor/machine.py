@@ -20,6 +20,7 @@ from typing import Any, Callable, Mapping
 
 from shardprep._extras import EXTRA_OF
 from shardprep.errors import EXIT_ENVIRONMENT, EnvironmentProblem
+from shardprep.units import human_bytes
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 MEM_PER_TASK = 512 << 20   # a task process: tokenizer (~0.2 GB for GPT-2), one chunk, reader buffers
@@ -48,15 +49,6 @@ class Check:
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "verdict": self.verdict, "message": self.message, "fix": self.fix,
                 "details": self.details}
-
-
-def human_bytes(n: float) -> str:
-    """1536 -> '1.5 KiB' (binary units, as df -h and Slurm use)."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
-        n /= 1024
-    return f"{n:,.1f} PiB"  # unreachable; keeps type checkers happy
 
 
 def existing_ancestor(path: Path) -> Path:

@@ -64,13 +64,22 @@ class TokenizeOptions:
 
 @dataclass(frozen=True)
 class PlanOptions:
-    """How inputs are split into tasks."""
+    """How inputs are split into tasks (``job.sizing``: the default rule and why).
 
-    target_task_bytes: int | None = None   # None: one input file per task (the Slurm array default)
+    Neither field set: the planner sizes tasks from the data (small files packed, large files split).
+    """
+
+    target_task_bytes: int | None = None   # explicit input bytes per task (pack smaller files, split larger)
+    one_file_per_task: bool = False        # the literal shape: one task (and shard) per input file
+    parallel_tasks: int | None = None      # tasks that can run at once (default: the executor's CPUs)
 
     def __post_init__(self) -> None:
         if self.target_task_bytes is not None:
             _require(self.target_task_bytes >= 1, "--target-task-bytes", self.target_task_bytes, "must be >= 1")
+        if self.parallel_tasks is not None:
+            _require(self.parallel_tasks >= 1, "--parallel-tasks", self.parallel_tasks, "must be >= 1")
+        if self.one_file_per_task and self.target_task_bytes is not None:
+            raise ConfigError("--one-file-per-task and --target-task-bytes cannot be combined; pick one")
 
 
 def parse_size(text: str) -> int:

@@ -15,13 +15,12 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-import math
 import os
 import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Iterator
+from typing import Iterator
 
 import orjson
 
@@ -30,9 +29,11 @@ from shardprep.errors import InputDataError, PlanConflictError, RecordError
 from shardprep.storage.atomic import atomic_writer, fsync_dir, temp_name_for, write_json_atomic
 from shardprep.inputs.discover import InputFile
 from shardprep.inputs.readers import WorkItem
+from shardprep.job.cutting import iter_tasks
 from shardprep.job.fingerprint import BATCH, Fingerprint
 from shardprep.job.plan_files import TaskTable, TaskTableWriter
 from shardprep.job.schema import Job, PlanFiles, PlanSummary, TaskItem
+from shardprep.job.sizing import Sizing
 from shardprep.shard.format import (INDEX_FILE, JOB_FILE, PLAN_DIR, PLAN_RECORDS_FILE,
                                     PLAN_TABLE_FILE, TOKENIZER_FILE)
 from shardprep.tokenizer.load import ResolvedTokenizer
@@ -47,117 +48,17 @@ class Plan:
     inputs: list[InputFile]
     tokenizer: ResolvedTokenizer
     options: TokenizeOptions
-    plan_options: PlanOptions
+    plan_options: PlanOptions            # as resolved: target_task_bytes is the one the tasks were cut with
+    sizing: Sizing | None = None         # which rule chose that target, and why (job.json ``sizing``)
+    backend_check: dict | None = None    # tokenizer.plan_check's record, stored in job.json as is
 
     def iter_tasks(self) -> Iterator[list[WorkItem]]:
         return iter_tasks(self.inputs, self.plan_options, self.options)
 
 
-# -- splitting ------------------------------------------------------------------------------------------
-def _line_length(f: IO[bytes]) -> tuple[int, bool]:
-    """Consume one line (in bounded pieces); return its length and whether it was blank."""
-    n, blank = 0, True
-    while True:
-        piece = f.readline(1 << 20)
-        n += len(piece)
-        blank = blank and not piece.strip()
-        if not piece or piece.endswith(b"\n"):
-            return n, blank
-
-
-def _aligned_boundary(path: str, offset: int, paragraph: bool) -> int:
-    """First document boundary at or after ``offset``: the start of the next line (in paragraph mode,
-    the line after the next blank line).  Reads only around the boundary, never the whole file."""
-    if offset <= 0:
-        return 0
-    with open(path, "rb") as f:
-        f.seek(offset - 1)
-        pos = offset - 1 + _line_length(f)[0]   # finish the line that contains byte offset-1
-        while paragraph:
-            n, blank = _line_length(f)
-            pos += n
-            if n == 0 or blank:
-                break
-        return pos
-
-
-def _split_text(idx: int, inp: InputFile, parts: int, paragraph: bool) -> list[WorkItem]:
-    step = inp.size / parts
-    cuts = sorted({_aligned_boundary(inp.path, round(k * step), paragraph) for k in range(1, parts)})
-    bounds = [0] + [c for c in cuts if 0 < c < inp.size] + [inp.size]
-    return [WorkItem(idx, s, e, "bytes", 1 if s == 0 else None) for s, e in zip(bounds, bounds[1:]) if e > s]
-
-
-def _split_parquet(idx: int, inp: InputFile, parts: int) -> list[WorkItem]:
-    """Row ranges on row-group boundaries, balanced by compressed bytes."""
-    import pyarrow.parquet as pq
-
-    md = pq.ParquetFile(inp.path).metadata
-    groups = [(md.row_group(g).num_rows, md.row_group(g).total_byte_size) for g in range(md.num_row_groups)]
-    total = sum(b for _, b in groups) or 1
-    items: list[WorkItem] = []
-    start, row, acc = 0, 0, 0
-    for rows, nbytes in groups:
-        row += rows
-        acc += nbytes
-        if acc >= total / parts * (len(items) + 1) and row < md.num_rows:
-            items.append(WorkItem(idx, start, row, "rows", start + 1))
-            start = row
-    items.append(WorkItem(idx, start, md.num_rows, "rows", start + 1))
-    return items
-
-
-def _split_arrow(idx: int, inp: InputFile, parts: int, text_field: str) -> list[WorkItem]:
-    """Row ranges balanced by the bytes of the text column (cuts may fall inside a record batch)."""
-    from shardprep.inputs.arrow import split_rows
-
-    return [WorkItem(idx, s, e, "rows", s + 1) for s, e in split_rows(inp.path, parts, text_field)]
-
-
-def iter_tasks(inputs: list[InputFile], popts: PlanOptions, opts: TokenizeOptions) -> Iterator[list[WorkItem]]:
-    """Assign work items to tasks, one task at a time.
-
-    Default: one input file per task.  With ``target_task_bytes``: files larger than the target are split
-    (text on line/paragraph boundaries, parquet on row groups, arrow on rows; compressed files cannot be
-    split), and smaller files are packed together, in order, until a task reaches the target.
-    """
-    whole = lambda i, inp: WorkItem(i, 0, None, "rows" if inp.tabular else "bytes", 1)  # noqa: E731
-    target = popts.target_task_bytes
-    if target is None:
-        yield from ([whole(i, inp)] for i, inp in enumerate(inputs))
-        return
-    current: list[WorkItem] = []
-    current_bytes = 0
-    for i, inp in enumerate(inputs):
-        parts = math.ceil(inp.size / target) if inp.size > target else 1
-        if parts > 1 and (inp.splittable or inp.tabular):
-            if current:
-                yield current
-                current, current_bytes = [], 0
-            if inp.format == "arrow":
-                pieces = _split_arrow(i, inp, parts, opts.text_field)
-            else:
-                pieces = (_split_parquet(i, inp, parts) if inp.format == "parquet"
-                          else _split_text(i, inp, parts, opts.txt_mode == "paragraph"))
-            yield from ([p] for p in pieces)
-            continue
-        if current and current_bytes + inp.size > target:
-            yield current
-            current, current_bytes = [], 0
-        current.append(whole(i, inp))
-        current_bytes += inp.size
-    if current:
-        yield current
-
-
-def split_into_tasks(inputs: list[InputFile], popts: PlanOptions, opts: TokenizeOptions) -> list[list[WorkItem]]:
-    """``iter_tasks`` as a list (for small plans and tests)."""
-    return list(iter_tasks(inputs, popts, opts))
-
-
 def make_plan(inputs: list[InputFile], tokenizer: ResolvedTokenizer, options: TokenizeOptions,
-              plan_options: PlanOptions) -> Plan:
-    return Plan(inputs, tokenizer, options, plan_options)
+              plan_options: PlanOptions, sizing: Sizing | None = None, backend_check: dict | None = None) -> Plan:
+    return Plan(inputs, tokenizer, options, plan_options, sizing, backend_check)
 
 
 # -- writing / conflicts ----------------------------------------------------------------------------------
@@ -188,7 +89,8 @@ def _write_records(plan: Plan, staging: Path, lustre: dict | None) -> Job:
     summary = PlanSummary(len(plan.inputs), sum(i.size for i in plan.inputs), writer.n_tasks)
     files = PlanFiles(PLAN_RECORDS_FILE, PLAN_TABLE_FILE, root, table_sha256, fingerprint.inputs_sha256,
                       fingerprint.paths_sha256)
-    return Job(fingerprint.hexdigest(), summary, plan.tokenizer.info, plan.options, plan.plan_options, files, lustre)
+    return Job(fingerprint.hexdigest(), summary, plan.tokenizer.info, plan.options, plan.plan_options, files, lustre,
+               sizing=plan.sizing, backend_check=plan.backend_check)
 
 
 def _changed_inputs(output: Path, old: Job, plan: Plan) -> list[str]:
@@ -323,7 +225,7 @@ def clear_output(output: Path, *, keep: Path | None = None) -> list[str]:
     return kept
 
 
-def _existing_plan(job_path: Path) -> Job | str | None:
+def existing_plan(job_path: Path) -> Job | str | None:
     """The plan already in the output directory; None when there is none, why not when it cannot be read."""
     try:
         return Job.parse(job_path.read_bytes(), job_path)
@@ -356,7 +258,7 @@ def write_plan(output: Path, plan: Plan, *, overwrite: bool = False, lustre: dic
     staging = temp_name_for(output / PLAN_DIR)
     try:
         job = _write_records(plan, staging, lustre)
-        old = _existing_plan(output / JOB_FILE)
+        old = existing_plan(output / JOB_FILE)
         if isinstance(old, Job) and old.fingerprint == job.fingerprint:
             log.info("%s already holds this plan (%s); finished tasks will be skipped", output, job.fingerprint[:12])
             return old

@@ -230,10 +230,12 @@ def _remove_stale(output: Path, task: int, attempted: bool) -> None:
 
 
 def _open_backend(ctx: _Context, batch: list[str], limits: BatchLimits) -> tuple[Backend, dict]:
-    """Step 3: the backend, chosen on the task's own first batch (``auto`` verifies against hf on it)."""
+    """Step 3: the backend, chosen on the task's own first batch (``auto`` verifies against hf on it, and
+    on the hard cases unless the plan's check of them applies to this task: ``tokenizer.plan_check``)."""
     opts = ctx.job.options
     backend, info = select_backend(opts.backend, ctx.tok_json, allow_special_tokens=opts.allow_special_tokens,
-                                   sample_texts=batch)
+                                   sample_texts=batch, plan_check=ctx.job.backend_check,
+                                   fingerprint=ctx.job.tokenizer.fingerprint, task_bytes=ctx.work.input_bytes)
     limits.chars = getattr(backend, "batch_chars", BATCH_BYTES)
     limits.docs = getattr(backend, "batch_docs", BATCH_DOCS)
     log.info("task %d: backend %s, %d thread(s)", ctx.work.index, info, ctx.threads)

@@ -23,11 +23,11 @@ from typing import Callable, TypeVar
 from shardprep.errors import IncompleteError, InputDataError
 from shardprep.executor.slurm.state import slurm_status_json
 from shardprep.job import schema
-from shardprep.job.plan_files import TaskTable
 from shardprep.job.schema import ChunkTable, Index, Job
+from shardprep.job.progress import planned_input_bytes
 from shardprep.job.state import JobState, job_state
-from shardprep.loader.sources import is_s3, join, object_sizes, read_bytes
-from shardprep.report.logs import LOG_NAME_RE, TaskLog, parse_task_log
+from shardprep.loader.sources import is_s3, is_url, join, object_sizes, read_bytes
+from shardprep.report.logs import LOG_NAME_RE, TaskLog, parse_task_log, read_task_logs
 from shardprep.shard.format import INDEX_FILE, JOB_FILE, LOG_DIR, TOKENIZER_FILE
 
 log = logging.getLogger(__name__)
@@ -132,8 +132,10 @@ def report_sidecar(side: schema.Sidecar) -> Sidecar:
 
 
 def _read_logs(location: str) -> dict[int, TaskLog]:
-    """Parse every ``logs/task-NNNNN.log`` (none is fine: a copied or uploaded output may have none)."""
+    """Parse every ``logs/task-NNNNN.log`` whole (none is fine: a copied or uploaded output may have none)."""
     logs_dir = join(location, LOG_DIR)
+    if not is_url(location):      # local reads are quicker one after the other than through a thread pool
+        return read_task_logs(Path(logs_dir))
     try:
         logs = [(int(m.group(1)), n) for n in object_sizes(logs_dir) if (m := LOG_NAME_RE.match(n))]
     except FileNotFoundError:
@@ -144,18 +146,15 @@ def _read_logs(location: str) -> dict[int, TaskLog]:
         text = _optional_text(join(logs_dir, name))
         return parse_task_log(task, text) if text else None
 
-    if not is_s3(location):   # local reads are quicker one after the other than through a thread pool
-        return {t.task: t for t in map(one, logs) if t is not None}
     with ThreadPoolExecutor(_READ_THREADS) as pool:
         return {t.task: t for t in pool.map(one, logs) if t is not None}
 
 
 def _planned_bytes(location: str, job: Job | None) -> list[int]:
     """Input bytes of every planned task (progress weights), from the plan's records (local outputs)."""
-    if job is None or is_s3(location) or not Path(location, "plan").is_dir():
+    if job is None or is_url(location) or not Path(location, "plan").is_dir():
         return []
-    with TaskTable(Path(location), job) as table:
-        return [task.input_bytes for task in table]
+    return planned_input_bytes(Path(location), job)
 
 
 def _local_tasks(out: Output, job: Job) -> list[Task]:

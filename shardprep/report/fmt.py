@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from shardprep.doctor.machine import human_bytes  # binary units, as df -h and Slurm use
+from shardprep.units import human_bytes  # binary units, as df -h and Slurm use
 
 __all__ = ["human_bytes", "count", "compact", "duration", "number", "rate"]
 

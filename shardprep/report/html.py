@@ -101,6 +101,10 @@ def _totals(n: dict) -> str:
     return f'<section id="totals"><h2>Totals</h2><div class="cards">{"".join(cards)}</div></section>'
 
 
+def _per_s(bytes_per_s: float | None) -> str:
+    return "–" if bytes_per_s is None else f"{human_bytes(bytes_per_s)}/s"
+
+
 def _progress(n: dict) -> str:
     p = n["progress"]
     cards = [
@@ -108,7 +112,8 @@ def _progress(n: dict) -> str:
               f'{num("progress.work_done", p["work_done"], _pct)} of the planned input'),
         _card("missing", num("progress.missing", p["missing"]), esc(p["missing_ranges"] or "none")),
         _card("wall time", num("progress.elapsed_s", p["elapsed_s"], duration), "from the task logs"),
-        _card("throughput", num("progress.tokens_per_s", p["tokens_per_s"], rate), "job total, wall clock"),
+        _card("throughput", num("progress.tokens_per_s", p["tokens_per_s"], rate),
+              f'{num("progress.input_bytes_per_s", p["input_bytes_per_s"], _per_s)} of input; job total, wall clock'),
         _card("ETA", num("progress.eta_s", p["eta_s"], duration), esc(p["eta_basis"] or "")),
     ]
     extra = []

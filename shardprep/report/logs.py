@@ -5,15 +5,22 @@ its log: whether it started, is still going, failed (and why) or was stopped for
 writes the same file (``job.task._attach_task_log``), appending one run per attempt, so this reads the
 executor-independent record rather than Slurm's ``%A_%a.out`` files.
 
+``status`` reads every log of a job (10,000 tasks: 10,000 logs), so :func:`read_task_logs` can bound what it
+reads of each: the first record's timestamp (when the task first started) and the last ``tail_bytes``
+(the last attempt).  A log is a few lines per attempt, read whole in practice; the bound matters for a
+packed task whose first line lists thousands of inputs, or a long run of warnings.
+
 Times are the log's local wall-clock timestamps (``logging``'s default ``asctime``), read in the report
 machine's time zone; they only feed durations and the timeline, never a number that must match a sidecar.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 LOG_NAME_RE = re.compile(r"^task-(\d{5,})\.log$")
 _RECORD_RE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) (\w+) [\w.]+: (.*)$")
@@ -21,6 +28,7 @@ _RECORD_RE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) (\w+) [\w.]+
 _START_RE = re.compile(r"^task (\d+): (?!backend )")
 _DONE_RE = re.compile(r"^task (\d+) done: ")
 _FAILED_RE = re.compile(r"^task (\d+) failed: (.*)$")
+TAIL_BYTES = 64 << 10    # what ``status`` reads of a log past its first line: the last attempt, in practice
 
 
 @dataclass(frozen=True)
@@ -33,6 +41,7 @@ class TaskLog:
     ended: float | None          # epoch seconds of its "done"/"failed" line; None while it runs
     status: str                  # "done" | "failed" | "running" (started, no end line: running or killed)
     reason: str | None = None    # the failure message of a failed attempt
+    first_started: float | None = None   # epoch seconds of the log's first record: the first attempt's start
 
     @property
     def duration_s(self) -> float | None:
@@ -40,13 +49,18 @@ class TaskLog:
 
 
 def _epoch(stamp: str, millis: str) -> float:
-    return time.mktime(time.strptime(stamp, "%Y-%m-%d %H:%M:%S")) + int(millis) / 1000
+    """``2026-01-02 03:04:05`` (local time) -> epoch seconds; as ``time.strptime`` + ``mktime`` but without
+    strptime's format machinery, a third of ``status``'s time on 10,000 logs."""
+    fields = (int(stamp[0:4]), int(stamp[5:7]), int(stamp[8:10]), int(stamp[11:13]), int(stamp[14:16]),
+              int(stamp[17:19]), 0, 0, -1)
+    return time.mktime(fields) + int(millis) / 1000
 
 
-def parse_task_log(task: int, text: str) -> TaskLog | None:
+def parse_task_log(task: int, text: str, first_started: float | None = None) -> TaskLog | None:
     """The last attempt in ``text`` (None when the log holds no record yet).
 
-    Continuation lines (a multi-line message) carry no timestamp and are ignored.
+    Continuation lines (a multi-line message) carry no timestamp and are ignored.  ``first_started`` is
+    given when ``text`` is only the log's tail (then ``attempts`` counts the attempts in the tail).
     """
     attempts = 0
     started = ended = None
@@ -57,6 +71,7 @@ def parse_task_log(task: int, text: str) -> TaskLog | None:
         if not m:
             continue
         when, message = _epoch(m.group(1), m.group(2)), m.group(4)
+        first_started = when if first_started is None else first_started
         if _START_RE.match(message):
             if not (implicit and ended is None):   # else: the start line of the attempt already opened
                 attempts += 1
@@ -70,4 +85,41 @@ def parse_task_log(task: int, text: str) -> TaskLog | None:
             ended, status, reason = when, "failed", f.group(2)
     if attempts == 0:
         return None
-    return TaskLog(task, attempts, started, ended, status, reason)
+    return TaskLog(task, attempts, started, ended, status, reason, first_started)
+
+
+def _first_stamp(head: str) -> float | None:
+    m = _RECORD_RE.match(head.split("\n", 1)[0])
+    return _epoch(m.group(1), m.group(2)) if m else None
+
+
+def read_task_log(path: str | Path, task: int, tail_bytes: int | None = None) -> TaskLog | None:
+    """Parse one local log: whole, or (``tail_bytes``) its first record's time and its last ``tail_bytes``.
+
+    A tail that starts inside the last attempt's first line (a packed task's long input list) opens that
+    attempt at its next record, a moment later.  None when the log is gone or holds no record yet.
+    """
+    try:
+        with open(path, "rb") as f:
+            head = f.read() if tail_bytes is None else f.read(tail_bytes)
+            if tail_bytes is None or len(head) < tail_bytes:
+                return parse_task_log(task, head.decode("utf-8", "replace"))
+            f.seek(-tail_bytes, os.SEEK_END)
+            tail = f.read().decode("utf-8", "replace")
+    except FileNotFoundError:
+        return None
+    return parse_task_log(task, tail, _first_stamp(head.decode("utf-8", "replace")))
+
+
+def read_task_logs(logs_dir: Path, tail_bytes: int | None = None) -> dict[int, TaskLog]:
+    """Every ``task-NNNNN.log`` under ``logs_dir`` (one listing, one open per log, no stat): task -> log."""
+    try:
+        names = os.listdir(logs_dir)
+    except FileNotFoundError:
+        return {}
+    logs = {}
+    for name in names:
+        m = LOG_NAME_RE.match(name)
+        if m and (lg := read_task_log(os.path.join(logs_dir, name), int(m.group(1)), tail_bytes)) is not None:
+            logs[lg.task] = lg
+    return logs

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import time
 from collections import Counter, defaultdict
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from shardprep.job.progress import activity, estimate
 from shardprep.job.state import format_array_ranges
 from shardprep.report.collect import Output, SkipExample, Task
 from shardprep.report.doclens import DocLengths
@@ -58,50 +58,23 @@ def totals(out: Output) -> dict:
     return t
 
 
-def _eta(out: Output, running: list[int]) -> tuple[float | None, str]:
-    """``status``'s ETA: the Slurm view's when the job went through Slurm; otherwise the same estimate
-    (finished tasks' tokens/s and tokens per input byte, times the tasks running now) with running and
-    waiting tasks taken from the task logs, which every executor writes."""
-    if out.slurm is not None:
-        eta = out.slurm.get("eta_s")
-        return eta, "Slurm queue" if eta is not None else "nothing running or pending in Slurm"
-    if out.job_state is None:
-        return None, ""
-    from shardprep.executor.slurm.state import SlurmView, TaskView, estimate_eta
-
-    states = {t.task: "done" if t.sidecar else "running" if t.task in running else "pending" for t in out.tasks}
-    view = SlurmView({t: TaskView(t, st) for t, st in states.items()}, submissions=0)
-    return estimate_eta(Path(out.location), out.job_state, view)
-
-
 def progress(out: Output, now: float) -> dict:
-    """Done/missing; with task logs also the wall time so far, throughput so far and an ETA."""
+    """Done/missing and failed tasks, and ``job.progress``'s estimate (the one ``status`` shows): work
+    done, wall time so far, throughput so far and the whole job's ETA."""
     missing = [t for t in out.tasks if t.sidecar is None]
+    done = {t.task: t.sidecar for t in out.tasks if t.sidecar is not None}
+    planned = [0] * (max((t.task for t in out.tasks), default=-1) + 1)
+    for t in out.tasks:
+        planned[t.task] = t.planned_bytes
+    running, pending = activity(done, out.logs, out.slurm)
+    est = estimate(len(out.tasks), planned, done, out.logs, now, running=running, pending=pending)
     not_done_logs = sorted((out.logs[t.task] for t in missing if t.task in out.logs), key=lambda lg: lg.task)
-    total_work = sum(t.planned_bytes for t in out.tasks)
-    done_work = sum(t.planned_bytes for t in out.tasks if t.sidecar is not None)
-    starts = [lg.started for lg in out.logs.values() if lg.started is not None]
-    ends = [lg.ended for t in out.tasks if t.sidecar is not None and (lg := out.logs.get(t.task)) and lg.ended]
-    running = [lg.task for lg in not_done_logs if lg.status == "running"]
-    p: dict = {
-        "tasks": len(out.tasks), "done": len(out.tasks) - len(missing), "missing": len(missing),
-        "missing_ranges": format_array_ranges([t.task for t in missing]),
+    return {
+        **est.to_dict(), "missing": len(missing), "missing_ranges": format_array_ranges([t.task for t in missing]),
         "problems": dict(Counter(t.problem for t in missing if t.problem)),
-        "running": running,
         "failed": [{"task": lg.task, "reason": lg.reason} for lg in not_done_logs if lg.status == "failed"],
-        "work_done": done_work / total_work if total_work else None,
-        "started_at": min(starts) if starts else None,
-        "finished_at": max(ends) if ends and not missing else None,
-        "elapsed_s": None, "tokens_per_s": None, "eta_s": 0.0 if not missing else None, "eta_basis": "",
         "slurm": out.slurm,
     }
-    if missing:
-        p["eta_s"], p["eta_basis"] = _eta(out, running)
-    if p["started_at"] is not None:
-        stop = p["finished_at"] if p["finished_at"] is not None else now
-        p["elapsed_s"] = elapsed = max(0.0, stop - p["started_at"])
-        p["tokens_per_s"] = sum(s.tokens for s in out.done) / elapsed if elapsed > 0 else None
-    return p
 
 
 def shard_numbers(out: Output) -> dict:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import array
 import logging
-from typing import Callable, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -65,18 +65,25 @@ class HFBackend:
         return {"name": self.name, "version": self._version}
 
 
-def _gigatoken_backend(tokenizer_json: str, allow_special: bool) -> Backend:
+class BackendFactory(Protocol):
+    def __call__(self, tokenizer_json: str, allow_special: bool, task_bytes: int | None = None) -> Backend:
+        """``task_bytes``: the input bytes of the task about to encode, when known (a size hint)."""
+        ...
+
+
+def _hf_backend(tokenizer_json: str, allow_special: bool, task_bytes: int | None = None) -> Backend:
+    return HFBackend(tokenizer_json, allow_special_tokens=allow_special)
+
+
+def _gigatoken_backend(tokenizer_json: str, allow_special: bool, task_bytes: int | None = None) -> Backend:
     # imported lazily: gigatoken is an optional dependency (shardprep[fast])
-    from shardprep.tokenizer.gigatoken_backend import GigatokenBackend
+    from shardprep.tokenizer.gigatoken_backend import PER_DOCUMENT_BELOW, GigatokenBackend
 
-    return GigatokenBackend(tokenizer_json, allow_special_tokens=allow_special)
+    per_document = task_bytes is not None and task_bytes < PER_DOCUMENT_BELOW
+    return GigatokenBackend(tokenizer_json, allow_special_tokens=allow_special, per_document=per_document)
 
 
-BackendFactory = Callable[[str, bool], Backend]
-BACKENDS: dict[str, BackendFactory] = {
-    "hf": lambda tokenizer_json, allow_special: HFBackend(tokenizer_json, allow_special_tokens=allow_special),
-    "gigatoken": _gigatoken_backend,
-}
+BACKENDS: dict[str, BackendFactory] = {"hf": _hf_backend, "gigatoken": _gigatoken_backend}
 # Fast backends ``auto`` tries, in order of preference, before settling for ``hf``.
 AUTO_CANDIDATES: tuple[str, ...] = ("gigatoken",)
 
@@ -107,15 +114,20 @@ def add_boundary_tokens(flat: np.ndarray, lengths: np.ndarray, bos_id: int | Non
 
 
 def select_backend(name: str, tokenizer_json: str, *, allow_special_tokens: bool,
-                   sample_texts: list[str] | None = None) -> tuple[Backend, dict]:
+                   sample_texts: list[str] | None = None, plan_check: dict | None = None,
+                   fingerprint: str | None = None, task_bytes: int | None = None) -> tuple[Backend, dict]:
     """Return the backend to use and a record of how it was chosen (stored in the shard sidecar).
 
     ``hf`` is the reference and is used as is.  A fast backend is used only after it reproduced the
     ``hf`` ids exactly on fixed hard cases plus ``sample_texts`` (the task's first batch):
     ``auto`` falls back to ``hf`` and logs why when it cannot load or differs; an explicitly requested
     fast backend fails the task instead, because ids must never silently differ from the reference.
+    ``plan_check`` (job.json's ``backend_check``) replaces the hard cases when it matches this task's
+    libraries and the tokenizer ``fingerprint`` (``plan_check.usable_plan_check``); ``task_bytes`` lets
+    the backend fit how it encodes to the task's size.
     """
     from shardprep.errors import ConfigError, TokenizerError
+    from shardprep.tokenizer.plan_check import usable_plan_check
     from shardprep.tokenizer.verify_backend import verify_backend
 
     if name != "auto" and name not in BACKENDS:
@@ -128,15 +140,18 @@ def select_backend(name: str, tokenizer_json: str, *, allow_special_tokens: bool
     check: dict | None = None
     for candidate in candidates:
         try:
-            backend = BACKENDS[candidate](tokenizer_json, allow_special_tokens)
+            backend = BACKENDS[candidate](tokenizer_json, allow_special_tokens, task_bytes)
         except Exception as e:  # not installed, or cannot represent this tokenizer
             check = {"passed": False, "candidate": candidate, "reason": str(e)}
             if name != "auto":
                 raise TokenizerError(f"--backend={name}: {e}", hint="use --backend auto or --backend hf") from None
             log.warning("backend %s not used, falling back to hf: %s", candidate, e)
             continue
+        planned, ignored = usable_plan_check(plan_check, backend, reference, fingerprint=fingerprint,
+                                             allow_special_tokens=allow_special_tokens)
         check = {"candidate": f"{candidate} {backend.describe().get('version', '')}".strip(),
-                 **verify_backend(backend, reference, tokenizer_json, sample_texts or [])}
+                 **verify_backend(backend, reference, tokenizer_json, sample_texts or [], planned=planned,
+                                  planned_ignored=ignored)}
         if check["passed"]:
             return backend, {**backend.describe(), "requested": name, "check": check}
         if name != "auto":

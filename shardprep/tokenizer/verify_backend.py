@@ -6,8 +6,9 @@ word lengths, special-token strings, control characters) even when a task's text
 the sample covers whatever this particular corpus contains.  One mismatching id anywhere fails the check,
 and the record of what differed goes into the shard sidecar so the fallback is explainable.
 
-The check costs one reference encode of the hard cases and the sample (bounded by ``max_sample_chars``),
-~0.1 s per task with the GPT-2 tokenizer.
+The check costs one reference encode of the hard cases and the sample (bounded by ``max_sample_chars``).
+The hard cases are the same for every task of a job, so the plan runs them once (``plan_check``) and a
+task whose libraries and tokenizer match that record encodes only its own sample (~30 ms with GPT-2).
 """
 
 from __future__ import annotations
@@ -245,27 +246,40 @@ def compare_ids(candidate: _Encoder, reference: _Encoder, cases: list[tuple[str,
 
 
 def verify_backend(candidate: _Encoder, reference: _Encoder, tokenizer_json: str, sample_texts: list[str], *,
-                   max_sample_docs: int = DEFAULT_SAMPLE_DOCS,
-                   max_sample_chars: int = DEFAULT_SAMPLE_CHARS) -> dict:
+                   max_sample_docs: int = DEFAULT_SAMPLE_DOCS, max_sample_chars: int = DEFAULT_SAMPLE_CHARS,
+                   planned: dict | None = None, planned_ignored: str = "") -> dict:
     """Compare ``candidate`` with ``reference`` on the hard cases and a sample of ``sample_texts``.
 
-    Returns the record stored in the sidecar's ``backend.check``: ``passed``, what was compared, how long
-    it took and, on failure, ``reason`` and the first mismatch.
+    ``planned`` is the plan's hard-case outcome when this task may trust it (``plan_check``): the hard
+    cases are then not encoded again (a recorded failure fails at once); ``planned_ignored`` says why a
+    plan's record was not trusted.  Returns the record stored in the sidecar's ``backend.check``:
+    ``passed``, what was compared, where the hard cases were checked (``plan`` or ``task``), how long it
+    took and, on failure, ``reason`` and the first mismatch.
     """
     started = time.perf_counter()
-    fixed = hard_cases(tokenizer_json)
+    ref = reference.describe()
+    record: dict = {"passed": False, "reference": f"{ref['name']} {ref.get('version', '')}".strip()}
+    if planned is not None and not planned["passed"]:
+        record.update(hard_cases=planned["hard_cases"], hard_cases_checked="plan", sample_documents=0,
+                      sample_chars=0, elapsed_s=round(time.perf_counter() - started, 3),
+                      reason=f"{planned['reason']} (hard cases checked at plan time)")
+        if "mismatch" in planned:
+            record["mismatch"] = planned["mismatch"]
+        return record
+    fixed = [] if planned is not None else hard_cases(tokenizer_json)
     picked = sample_of(sample_texts, max_docs=max_sample_docs, max_chars=max_sample_chars)
     cases = fixed + [(f"task document {i} of the first batch", sample_texts[i]) for i in picked]
     mismatch = compare_ids(candidate, reference, cases)
-    ref = reference.describe()
-    record: dict = {
-        "passed": mismatch is None,
-        "reference": f"{ref['name']} {ref.get('version', '')}".strip(),
-        "hard_cases": len(fixed),
-        "sample_documents": len(picked),
-        "sample_chars": sum(len(sample_texts[i]) for i in picked),
-        "elapsed_s": round(time.perf_counter() - started, 3),
-    }
+    record.update(
+        passed=mismatch is None,
+        hard_cases=planned["hard_cases"] if planned is not None else len(fixed),
+        hard_cases_checked="plan" if planned is not None else "task",
+        sample_documents=len(picked),
+        sample_chars=sum(len(sample_texts[i]) for i in picked),
+        elapsed_s=round(time.perf_counter() - started, 3),
+    )
+    if planned_ignored:
+        record["plan_check_ignored"] = planned_ignored
     if mismatch is not None:
         record["reason"] = mismatch.pop("reason")
         if mismatch:

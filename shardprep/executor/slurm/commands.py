@@ -72,6 +72,20 @@ def max_array_size() -> tuple[int, str]:
     return DEFAULT_MAX_ARRAY_SIZE, "default (not in scontrol show config)"
 
 
+def partition_cpus(partition: str | None) -> tuple[int, str] | None:
+    """(usable CPUs, partition name) of ``partition`` (default: the cluster's default partition), from
+    ``sinfo``: all CPUs minus those Slurm reports as other (down, drained).  None when sinfo cannot say."""
+    rows = _optional_query(["sinfo", "-h", "-o", "%P|%C"] + (["-p", partition] if partition else []))
+    if not rows:
+        return None
+    chosen = [r for r in rows if len(r) == 2 and (partition or r[0].endswith("*"))] or rows[:1]
+    name, cpus = chosen[0][0].rstrip("*"), chosen[0][-1].split("/")      # %C: allocated/idle/other/total
+    if len(cpus) != 4 or not all(c.isdigit() for c in cpus):
+        return None
+    usable = int(cpus[3]) - int(cpus[2])
+    return (usable, name) if usable > 0 else None
+
+
 @dataclass(frozen=True)
 class QueueEntry:
     """One array element (or plain job) as squeue/sacct report it."""

@@ -59,8 +59,6 @@ class SlurmView:
     submissions: int
     finalize: dict | None = None              # last submission's finalize record, plus its queue state
     sources: list[str] = field(default_factory=list)
-    eta_s: float | None = None
-    eta_basis: str = ""
 
     def ids(self, state: str) -> list[int]:
         return sorted(t for t, v in self.tasks.items() if v.state == state)
@@ -154,7 +152,6 @@ def collect(output: Path, state: JobState) -> SlurmView | None:
             view.tasks[t] = TaskView(t, "missing", "never submitted through Slurm")
         else:
             view.tasks[t] = _task_view(output, t, att, by_elem.get(att.queue_key), caps.get(att.seq))
-    view.eta_s, view.eta_basis = estimate_eta(output, state, view)
     return view
 
 
@@ -194,38 +191,9 @@ def _finalize_from_files(output: Path, fin: dict) -> str:
     return "did not run (cancelled because a task failed, or never started)"
 
 
-def estimate_eta(output: Path, state: JobState, view: SlurmView) -> tuple[float | None, str]:
-    """Seconds until the not-done tasks finish, from finished tasks' tokens/s and tokens per input byte."""
-    from shardprep.job.plan_files import TaskTable
-    from shardprep.job.state import load_job
-
-    done = [sc for sc in state.done.values() if sc.elapsed_s]
-    remaining = [t for t, v in view.tasks.items() if v.state in ("running", "pending")]
-    if not done or not remaining:
-        return None, ""
-    with TaskTable(output, load_job(output)) as table:      # one pass over the plan's records
-        task_bytes = [task.input_bytes for task in table]
-    tokens = sum(sc.tokens for sc in done)
-    seconds = sum(sc.elapsed_s or 0.0 for sc in done)
-    in_bytes = sum(task_bytes[sc.task] for sc in done)
-    if tokens <= 0 or seconds <= 0 or in_bytes <= 0:
-        return None, ""
-    rate = tokens / seconds                                        # tokens/s of one task
-    left = sum(task_bytes[t] for t in remaining) * tokens / in_bytes
-    parallel = max(1, len(view.ids("running")))
-    basis = f"{rate / 1e6:.2f} Mtok/s per task x {parallel} running, ~{left / 1e6:.1f}M tokens left"
-    return left / (rate * parallel), basis
-
-
-def _duration(seconds: float) -> str:
-    s = int(round(seconds))
-    h, rem = divmod(s, 3600)
-    m, s = divmod(rem, 60)
-    return f"{h}h{m:02d}m" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
-
-
 def format_view(output: Path, view: SlurmView) -> list[str]:
-    """Text lines for ``shardprep status``: per-state ids in array syntax, finalize, ETA, failed log tails."""
+    """Text lines for ``shardprep status``: per-state ids in array syntax, finalize, failed log tails (the
+    job's throughput and ETA are ``job.progress``'s, printed above this view)."""
     counts = Counter(v.state for v in view.tasks.values())
     lines = [f"  slurm ({view.submissions} submission(s); from {', '.join(view.sources)}):"]
     for st in ("running", "pending", "failed", "missing"):
@@ -239,8 +207,6 @@ def format_view(output: Path, view: SlurmView) -> list[str]:
     if retried:
         shown = ", ".join(f"task {v.task} {_attempts_text(v)}" for v in sorted(retried, key=lambda v: v.task)[:10])
         lines.append(f"    requeued: {shown}" + (f" (+{len(retried) - 10} more)" if len(retried) > 10 else ""))
-    if view.eta_s is not None:
-        lines.append(f"    ETA: ~{_duration(view.eta_s)} ({view.eta_basis})")
     for t in view.ids("failed"):
         v = view.tasks[t]
         tries = f", {_attempts_text(v)}" if v.attempts > 1 else ""
@@ -265,7 +231,7 @@ def as_json(view: SlurmView) -> dict:
                            "log": v.attempt.log if v.attempt else None,
                            "attempts": v.attempts, "max_attempts": v.max_attempts}
                   for t, v in view.tasks.items() if v.state != "done"},
-        "finalize": view.finalize, "eta_s": view.eta_s,
+        "finalize": view.finalize,
     }
 
 

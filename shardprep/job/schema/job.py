@@ -24,6 +24,7 @@ from shardprep.errors import RecordError
 from shardprep.inputs.discover import COMPRESSIONS, FORMATS, TABULAR, InputFile
 from shardprep.inputs.readers import WorkItem
 from shardprep.job.options import PlanOptions, TokenizeOptions
+from shardprep.job.sizing import RULES, Sizing
 from shardprep.job.schema.fields import Fields, load_json, record
 from shardprep.job.schema.sidecar import SidecarInput
 from shardprep.shard.format import PLAN_FORMAT_VERSION, PLAN_RECORDS_FILE, PLAN_TABLE_FILE
@@ -162,6 +163,11 @@ class PlanFiles:
     paths_sha256: str     # sha256 of the input paths, one per line (tells other input files apart)
 
 
+def _sizing(f: Fields) -> Sizing:
+    f.str("rule", choices=RULES)
+    return record(Sizing, f)
+
+
 @dataclass(frozen=True)
 class Job:
     """job.json: fingerprint, summary, tokenizer, options, and where the per-task records are."""
@@ -173,6 +179,9 @@ class Job:
     plan_options: PlanOptions
     plan: PlanFiles
     lustre: dict[str, Any] | None = None      # the Lustre layout applied to the output (not fingerprinted)
+    sizing: Sizing | None = None              # the rule that chose the task size, and why (job.sizing)
+    # the backend check's hard cases, run once at plan time (tokenizer.plan_check; not fingerprinted)
+    backend_check: dict[str, Any] | None = None
     format_version: int = PLAN_FORMAT_VERSION
     created_by: str = CREATED_BY
 
@@ -195,6 +204,10 @@ class Job:
         }
         if self.lustre is not None:
             d["lustre"] = self.lustre
+        if self.sizing is not None:
+            d["sizing"] = self.sizing.to_dict()
+        if self.backend_check is not None:
+            d["backend_check"] = self.backend_check
         return d
 
     @classmethod
@@ -212,6 +225,8 @@ class Job:
             plan_options=record(PlanOptions, f.obj_at("plan_options"), defaults=True),
             plan=record(PlanFiles, p),
             lustre=f.dict("lustre") if f.has("lustre") else None,
+            sizing=_sizing(f.obj_at("sizing")) if f.has("sizing") else None,
+            backend_check=f.dict("backend_check") if f.has("backend_check") else None,
             format_version=version,
             created_by=f.str("created_by"),
         )

@@ -1,0 +1,91 @@
+"""The ``auto`` check's fixed hard cases, run once per job at plan time instead of once per task.
+
+Why: the hard cases (``verify_backend.hard_cases``) are the same texts for every task of a job, so
+their outcome depends only on the frozen tokenizer, ``--allow-special-tokens`` and the versions of the
+two libraries.  Encoding them cost each array task ~30 ms of CPU (very long words are slow in both
+libraries); the plan runs them once and records the outcome in job.json (``backend_check``, not
+fingerprinted: informational, like ``lustre``).
+
+What a task trusts, and why that loses no safety:
+
+* The record is used only when it describes exactly what the task is about to run: the same candidate
+  and ``hf`` versions (``describe()`` of the task's own loads), the same tokenizer fingerprint (the
+  task has already checked its frozen ``tokenizer.json`` against that fingerprint) and the same
+  ``allow_special_tokens``.  Otherwise the task runs the hard cases itself, as before, and its sidecar
+  says why.
+* gigatoken resolves a byte-level vocabulary's duplicate byte spellings differently from one load to
+  the next (tests/test_byte_alphabet.py), so a pass seen by the plan's load says nothing about a task's
+  load of such a vocabulary: for those (``load_dependent``) every task runs the hard cases itself.
+* A recorded failure is trusted: falling back to ``hf`` never changes ids (an explicit fast backend
+  still fails the task, exit 6).
+* The task's own-sample check (its first batch) always runs in the task.
+"""
+
+from __future__ import annotations
+
+from shardprep.tokenizer.verify_backend import _Encoder, byte_alphabet_outliers, compare_ids, hard_cases
+
+def _label(backend: _Encoder | None, name: str) -> str:
+    if backend is None:
+        return name
+    info = backend.describe()
+    return f"{info['name']} {info.get('version', '')}".strip()
+
+
+def check_at_plan(tokenizer_json: str, *, backend: str, allow_special_tokens: bool, fingerprint: str) -> dict | None:
+    """The plan-time record for ``job.json`` (None for ``--backend hf``, which has nothing to check).
+
+    A candidate that cannot load here is recorded as a failure without a version: no task trusts it
+    (its installed version differs from "none"), so each task tries the candidate itself as before.
+    """
+    from shardprep.tokenizer.backend import AUTO_CANDIDATES, BACKENDS
+
+    if backend == "hf" or (backend != "auto" and backend not in BACKENDS):
+        return None
+    name = AUTO_CANDIDATES[0] if backend == "auto" else backend
+    reference = BACKENDS["hf"](tokenizer_json, allow_special_tokens)
+    fixed = hard_cases(tokenizer_json)
+    candidate: _Encoder | None = None
+    mismatch: dict | None = None
+    # Each way a task may build the candidate (a small task's gigatoken encodes per document, a large
+    # one per batch: gigatoken_backend.PER_DOCUMENT_BELOW), so the record holds whichever a task builds.
+    for task_bytes in (0, None):
+        try:
+            candidate = BACKENDS[name](tokenizer_json, allow_special_tokens, task_bytes)
+        except Exception as e:  # not installed, or cannot represent this tokenizer
+            candidate, mismatch = None, {"reason": f"{name} did not load at plan time: {e}"}
+            break
+        mismatch = compare_ids(candidate, reference, fixed)
+        if mismatch is not None:
+            break
+    record: dict = {
+        "candidate": _label(candidate, name),
+        "reference": _label(reference, "hf"),
+        "tokenizer_fingerprint": fingerprint,
+        "allow_special_tokens": allow_special_tokens,
+        "load_dependent": bool(byte_alphabet_outliers(tokenizer_json)),
+        "hard_cases": len(fixed),
+        "passed": mismatch is None,
+    }
+    if mismatch is not None:
+        record["reason"] = mismatch.pop("reason")
+        if mismatch:
+            record["mismatch"] = mismatch
+    return record
+
+
+def usable_plan_check(record: dict | None, candidate: _Encoder, reference: _Encoder, *, fingerprint: str | None,
+                      allow_special_tokens: bool) -> tuple[dict | None, str]:
+    """``(record, "")`` when this task may take the plan's hard-case outcome, else ``(None, why not)``."""
+    if record is None or fingerprint is None:
+        return None, ""
+    wanted = {"candidate": _label(candidate, ""), "reference": _label(reference, ""),
+              "tokenizer_fingerprint": fingerprint, "allow_special_tokens": allow_special_tokens}
+    for key, value in wanted.items():
+        if record.get(key) != value:
+            return None, f"the plan's check used {key} {record.get(key)!r}, this task has {value!r}"
+    if record.get("passed") is True and record.get("load_dependent") is not False:
+        return None, "this vocabulary's duplicate byte spellings resolve per load, so every load is checked"
+    if not isinstance(record.get("passed"), bool) or not isinstance(record.get("hard_cases"), int):
+        return None, "the plan's check record is incomplete"
+    return record, ""

@@ -1,0 +1,141 @@
+"""Per-task fixed cost (issue 12) without losing safety: the ``auto`` check's hard cases run once at plan
+time and a task trusts that record only when its own libraries and tokenizer match it; its own-sample
+check always runs; a small task's gigatoken never imports awkward; ``run-task`` imports nothing it does
+not use."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import run_cli
+from test_backends import _no_regex_bpe
+
+from shardprep.api import plan_job
+from shardprep.job.options import TokenizeOptions
+from shardprep.job.task import run_task
+
+pytest.importorskip("gigatoken")
+
+DOCS = ["The quick brown fox jumps over the lazy dog.", "Tokenizers split text into ids; shards hold them.",
+        "한국어 문장 and emoji 👩‍👩‍👧‍👦 with   spaces", "digits 1234567890 and more text " * 20]
+
+
+def _inputs(tmp_path: Path) -> Path:
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join(json.dumps({"text": d}) + "\n" for d in DOCS * 5))
+    return path
+
+
+def _edit_job(output: Path, **changes: object) -> None:
+    """Change job.json's backend_check (informational, not fingerprinted: the plan stays the same plan)."""
+    job = json.loads((output / "job.json").read_text())
+    job["backend_check"].update(changes)
+    (output / "job.json").write_text(json.dumps(job, indent=2))
+
+
+def _check(output: Path) -> dict:
+    return json.loads((output / "shard-00000.json").read_text())["backend"]["check"]
+
+
+def test_plan_records_the_hard_cases_and_a_matching_task_trusts_them(tmp_path, gpt2_tokenizer):
+    import gigatoken  # noqa: F401
+    import tokenizers
+
+    _, job = plan_job([_inputs(tmp_path)], tmp_path / "out", gpt2_tokenizer, TokenizeOptions())
+    record = job.backend_check
+    assert record is not None and record["passed"] is True and record["load_dependent"] is False
+    assert record["reference"] == f"hf {tokenizers.__version__}" and record["candidate"].startswith("gigatoken ")
+    assert record["tokenizer_fingerprint"] == job.tokenizer.fingerprint and record["hard_cases"] > 30
+    stored = json.loads((tmp_path / "out" / "job.json").read_text())["backend_check"]
+    assert stored == record                                        # written, and parsed back as written
+    result = run_task(tmp_path / "out", 0)
+    check = _check(tmp_path / "out")
+    assert result.sidecar.backend["name"] == "gigatoken"
+    assert check["hard_cases_checked"] == "plan" and check["hard_cases"] == record["hard_cases"]
+    assert check["passed"] is True and check["sample_documents"] == len(DOCS) * 5   # own sample: every task
+    assert "plan_check_ignored" not in check
+
+
+@pytest.mark.parametrize("field, value", [("candidate", "gigatoken 0.0.1"), ("reference", "hf 0.0.1"),
+                                          ("tokenizer_fingerprint", "0" * 64), ("load_dependent", True)])
+def test_a_task_that_does_not_match_the_record_runs_the_hard_cases_itself(tmp_path, gpt2_tokenizer, field, value):
+    out = tmp_path / "out"
+    plan_job([_inputs(tmp_path)], out, gpt2_tokenizer, TokenizeOptions())
+    _edit_job(out, **{field: value})
+    run_task(out, 0)
+    check = _check(out)
+    assert check["hard_cases_checked"] == "task" and check["passed"] is True
+    assert field in check["plan_check_ignored"] or "per load" in check["plan_check_ignored"]
+
+
+def test_hf_plans_record_nothing_and_old_plans_check_in_the_task(tmp_path, gpt2_tokenizer):
+    _, job = plan_job([_inputs(tmp_path)], tmp_path / "hf", gpt2_tokenizer, TokenizeOptions(backend="hf"))
+    assert job.backend_check is None and "backend_check" not in (tmp_path / "hf" / "job.json").read_text()
+    out = tmp_path / "old"
+    plan_job([_inputs(tmp_path)], out, gpt2_tokenizer, TokenizeOptions())
+    job_json = json.loads((out / "job.json").read_text())
+    del job_json["backend_check"]                                   # as planned before issue 12
+    (out / "job.json").write_text(json.dumps(job_json, indent=2))
+    run_task(out, 0)
+    assert _check(out)["hard_cases_checked"] == "task" and "plan_check_ignored" not in _check(out)
+
+
+def test_explicit_gigatoken_that_fails_the_check_still_fails(tmp_path):
+    """Recorded failure (the plan saw it): the task fails without encoding; forged pass: the task's own
+    sample still catches the difference.  Both exit 6 and write no shard."""
+    tokenizer = _no_regex_bpe(tmp_path / "noregex.json")
+    inputs = _inputs(tmp_path)
+    out = tmp_path / "explicit"
+    run_cli("plan", "-i", inputs, "-o", out, "-t", tokenizer, "--backend", "gigatoken")
+    record = json.loads((out / "job.json").read_text())["backend_check"]
+    assert record["passed"] is False and "ids differ" in record["reason"]
+    proc = run_cli("run-task", out, "--task-id", "0", check=6)
+    assert "hard cases checked at plan time" in proc.stderr
+    _edit_job(out, passed=True, reason=None, mismatch=None)
+    proc = run_cli("run-task", out, "--task-id", "0", check=6)
+    assert "task document" in proc.stderr and not (out / "shard-00000.tar").exists()
+    auto = tmp_path / "auto"
+    run_cli("plan", "-i", inputs, "-o", auto, "-t", tokenizer)
+    run_cli("run-task", auto, "--task-id", "0")
+    backend = json.loads((auto / "shard-00000.json").read_text())["backend"]
+    assert backend["name"] == "hf" and "hard cases checked at plan time" in backend["fallback_reason"]
+
+
+def test_per_document_and_batch_encoding_give_the_same_ids(gpt2_tokenizer):
+    from shardprep.tokenizer.backend import BACKENDS
+    from shardprep.tokenizer.gigatoken_backend import PER_DOCUMENT_BELOW
+
+    tok_json = gpt2_tokenizer.read_text()
+    small = BACKENDS["gigatoken"](tok_json, False, 45 << 10)
+    large = BACKENDS["gigatoken"](tok_json, False, PER_DOCUMENT_BELOW)
+    assert small.per_document is True and large.per_document is False
+    texts = DOCS + ["x", " ", "a" * 5000]
+    (f1, l1), (f2, l2) = small.encode_batch(texts), large.encode_batch(texts)
+    assert f1.dtype == f2.dtype == np.uint32 and l1.dtype == l2.dtype == np.int64
+    assert np.array_equal(f1, f2) and np.array_equal(l1, l2)
+    assert small.encode_batch([])[0].size == 0
+
+
+# Modules a run-task never uses: importing them costs every array task start-up time (issue 12).
+NOT_IMPORTED = ("torch", "boto3", "botocore", "s3transfer", "pyarrow", "fsspec", "awkward", "transformers",
+                "datasets", "matplotlib", "pandas", "webdataset", "shardprep.loader", "shardprep.staging",
+                "shardprep.report", "shardprep.executor", "shardprep.doctor", "shardprep.hf", "shardprep.cli.args")
+
+
+@pytest.mark.parametrize("backend", ["auto", "hf"])
+def test_run_task_imports_only_what_it_uses(tmp_path, gpt2_tokenizer, backend):
+    out = tmp_path / "out"
+    plan_job([_inputs(tmp_path)], out, gpt2_tokenizer, TokenizeOptions(backend=backend))
+    code = ("import sys\nfrom shardprep.cli.main import main\n"
+            f"assert main(['run-task', {str(out)!r}, '--task-id', '0']) == 0\n"
+            f"print(sorted(m for m in sys.modules if m.split('.')[0] in {NOT_IMPORTED!r} or m in {NOT_IMPORTED!r} "
+            f"or any(m.startswith(p + '.') for p in {NOT_IMPORTED!r})))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "[]"
+    assert json.loads((out / "shard-00000.json").read_text())["backend"]["requested"] == backend
