@@ -21,27 +21,28 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import REPO, machine_info, markdown_table, run_child  # noqa: E402
 
-def _write_task(out: Path, job: dict, task: int, rng: np.random.Generator) -> None:
+from shardprep.job.schema import Job  # noqa: E402
+
+def _write_task(out: Path, job: Job, task: int, rng: np.random.Generator) -> None:
     """One task's shard through the real ShardWriter, its sidecar (the task's fields) and its log."""
-    from shardprep.shard.format import FORMAT_VERSION, shard_name, sidecar_name
+    from shardprep.inputs.readers import SkipLog
+    from shardprep.job.task import build_sidecar
+    from shardprep.shard.format import shard_name, sidecar_name
     from shardprep.shard.writer import ShardWriter
     from shardprep.storage.atomic import write_json_atomic
 
     lengths = np.clip(rng.lognormal(5.5, 1.0, size=int(rng.integers(20, 60))), 2, 20_000).astype(np.int64)
-    flat = rng.integers(2, job["tokenizer"]["vocab_size"], size=int(lengths.sum()), dtype=np.uint32)
+    flat = rng.integers(2, job.tokenizer.vocab_size, size=int(lengths.sum()), dtype=np.uint32)
     elapsed = float(rng.uniform(20, 40))
-    with ShardWriter(out / shard_name(task), task=task, layout="pack", dtype=job["tokenizer"]["dtype"],
-                     chunk_tokens=job["options"]["chunk_tokens"]) as writer:
+    with ShardWriter(out / shard_name(task), task=task, layout="pack", dtype=job.tokenizer.dtype,
+                     chunk_tokens=job.options.chunk_tokens) as writer:
         writer.add(flat, lengths)
         r = writer.close()
-    write_json_atomic(out / sidecar_name(task), {
-        "format_version": FORMAT_VERSION, "created_by": "bench", "task": task, "shard": shard_name(task),
-        "plan_fingerprint": job["fingerprint"], "tokenizer_fingerprint": job["tokenizer"]["fingerprint"],
-        "layout": "pack", "dtype": job["tokenizer"]["dtype"], "bytes": r.bytes, "sha256": r.sha256,
-        "samples": r.samples, "documents": r.documents, "tokens": r.tokens, "chunks": r.chunks.as_dict(),
-        "skipped": {"empty": int(rng.integers(0, 3))}, "skipped_examples": [], "inputs": [],
-        "backend": {"name": "gigatoken", "version": "0.10.0", "requested": "auto", "check": None},
-        "stats": {"elapsed_s": round(elapsed, 3), "tokens_per_s": round(r.tokens / elapsed, 1)}})
+    skips = SkipLog()
+    for _ in range(int(rng.integers(0, 3))):
+        skips.skip("empty", "raw.txt", None)
+    backend = {"name": "gigatoken", "version": "0.10.0", "requested": "auto", "check": None}
+    write_json_atomic(out / sidecar_name(task), build_sidecar(job, task, r, skips, backend, (), elapsed, 1).to_dict())
     start = 1_800_000_000 + task // 64 * 40 + rng.uniform(0, 5)
     stamp = [time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) + f",{int(t % 1 * 1000):03d}"
              for t in (start, start + elapsed)]
@@ -71,10 +72,10 @@ def build_job(work: Path, shards: int) -> Path:
                       PlanOptions(target_task_bytes=raw.stat().st_size // shards + 1))
     (out / "logs").mkdir(exist_ok=True)
     rng = np.random.default_rng(0)
-    for task in range(len(job["tasks"])):
+    for task in range(job.n_tasks):
         _write_task(out, job, task, rng)
     finalize(out)
-    print(f"built {len(job['tasks'])} shards in {time.perf_counter() - started:.0f} s", file=sys.stderr)
+    print(f"built {job.n_tasks} shards in {time.perf_counter() - started:.0f} s", file=sys.stderr)
     return out
 
 
