@@ -4,10 +4,13 @@ strict-mode failure, submitit, and requeue on the pre-timeout signal.  Skips whe
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Iterator
 
 import orjson
 import pytest
@@ -94,6 +97,21 @@ def _submit_big_and_wait_mid_write(corpus: Path, out: Path, tokenizer: Path) -> 
     return array_id, finalize_id
 
 
+@contextlib.contextmanager
+def _paused_task(out: Path, task: int) -> Iterator[None]:
+    """SIGSTOP the ``run-task`` process of ``task`` for the block, SIGCONT after: a check of a running
+    task that must not race the task's end (a few seconds of work on a loaded machine)."""
+    found = subprocess.run(["pgrep", "-f", f"shardprep run-task {out} --task-id {task}$"],
+                           capture_output=True, text=True).stdout.split()
+    assert len(found) == 1, f"expected one run-task process of task {task}, found {found}"
+    pid = int(found[0])
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
 def _texts_in_plan_order(out: Path) -> list[str]:
     texts = []
     for task in plan_tasks(out):
@@ -168,10 +186,11 @@ def test_cancelled_task_is_missing_then_resume_reruns_only_it(tmp_path, slurm_cl
                                                               sample_tokenizer):
     out = tmp_path / "out"
     array_id, finalize_id = _submit_big_and_wait_mid_write(big_corpus, out, sample_tokenizer)
-    running = run_cli("status", out, check=5).stdout
-    assert "running:       1  [2]" in running and "ETA: ~" in running
-    p = orjson.loads(run_cli("status", out, "--json", check=5).stdout)["progress"]   # squeue: task 2 runs
-    assert (p["done"], p["running"]) == (2, [2]) and p["eta_s"] > 0 and "1 running" in p["eta_basis"]
+    with _paused_task(out, 2):       # still RUNNING for Slurm, but cannot finish while status looks at it
+        running = run_cli("status", out, check=5).stdout
+        assert "running:       1  [2]" in running and "ETA: ~" in running
+        p = orjson.loads(run_cli("status", out, "--json", check=5).stdout)["progress"]   # squeue: task 2 runs
+        assert (p["done"], p["running"]) == (2, [2]) and p["eta_s"] > 0 and "1 running" in p["eta_basis"]
     subprocess.run(["scancel", f"{array_id}_2"], check=True)
     wait_for_jobs([array_id, finalize_id])
 
