@@ -25,7 +25,7 @@ from shardprep.executor.slurm.state import slurm_status_json
 from shardprep.job import schema
 from shardprep.job.schema import ChunkTable, Index, Job
 from shardprep.job.progress import planned_input_bytes
-from shardprep.job.state import JobState, job_state
+from shardprep.job.state import job_state
 from shardprep.loader.sources import is_s3, is_url, join, object_sizes, read_bytes
 from shardprep.report.logs import LOG_NAME_RE, TaskLog, parse_task_log, read_task_logs
 from shardprep.shard.format import INDEX_FILE, JOB_FILE, LOG_DIR, TOKENIZER_FILE
@@ -96,7 +96,6 @@ class Output:
     target_task_bytes: int | None = None
     tasks: list[Task] = field(default_factory=list)
     logs: dict[int, TaskLog] = field(default_factory=dict)
-    job_state: JobState | None = None    # local outputs: the sidecar truth (``status`` reads the same)
     slurm: dict | None = None            # ``status --json``'s Slurm view, for jobs submitted to Slurm
 
     @property
@@ -162,7 +161,7 @@ def _local_tasks(out: Output, job: Job) -> list[Task]:
     Slurm view of the ones not done when the job went through a Slurm executor (squeue, like ``status``)."""
     output = Path(out.location)
     sidecars: dict[int, Sidecar] = {}
-    out.job_state = state = job_state(output, job, on_done=lambda s: sidecars.__setitem__(s.task, report_sidecar(s)))
+    state = job_state(output, job, on_done=lambda s: sidecars.__setitem__(s.task, report_sidecar(s)))
     out.slurm = slurm_status_json(output, state)
     planned = _planned_bytes(out.location, job)
     return [Task(t, planned[t] if t < len(planned) else 0, sidecars.get(t), state.problems.get(t))

@@ -255,13 +255,7 @@ def refuse_if_active(output: Path, task_ids: list[int]) -> None:
                           hint=f"wait for them (shardprep status {output}) or `scancel {' '.join(jobs)}` first")
 
 
-def slurm_status_lines(output: Path, state: JobState) -> list[str]:
-    """What ``shardprep status`` prints for Slurm jobs (nothing when the job never used Slurm)."""
-    view = collect(output, state)
-    return format_view(output, view) if view else []
-
-
 def slurm_status_json(output: Path, state: JobState) -> dict | None:
-    """The same for ``shardprep status --json`` (None when the job never used Slurm)."""
+    """``shardprep status --json``'s Slurm view (None when the job never used Slurm)."""
     view = collect(output, state)
     return as_json(view) if view else None
