@@ -45,7 +45,8 @@ def _resume(args: argparse.Namespace) -> tuple[Path, Job]:
                            output / TOKENIZER_FILE)
     if args.input or args.tokenizer:  # a full command line was given as well: it must match the frozen plan
         args.output = str(output)
-        _, job = plan_from_args(args, args.task_slots)  # raises PlanConflictError on any difference
+        # no task slots: the frozen plan's sizing is kept; any difference raises PlanConflictError
+        _, job = plan_from_args(args)
     return output, job
 
 
@@ -53,20 +54,20 @@ def run(args: argparse.Namespace) -> int:
     # the executor first: a missing extra or a bad Slurm option fails before anything is planned or written
     name, options = executor_from_args(args, resume=Path(args.resume) if args.resume else None)
     executor = make_executor(name, options, finalize=not args.no_finalize)
-    args.task_slots = None if args.resume else task_slots(name, options)
     if not (args.resume or args.output):
         raise ConfigError("--output is required (or --resume DIR)")
+    slots = None if args.resume else task_slots(name, options)      # what the sizing rule divides by
     # one writer per output directory: held while planning and launching (for the local executor, until
     # the last task and finalize are done; for Slurm, until the jobs are submitted)
     with output_lock(Path(args.resume or args.output)):
-        return _plan_and_launch(args, executor)
+        return _plan_and_launch(args, executor, slots)
 
 
-def _plan_and_launch(args: argparse.Namespace, executor: Executor) -> int:
+def _plan_and_launch(args: argparse.Namespace, executor: Executor, slots: tuple[int, str] | None) -> int:
     if args.resume:
         output, job = _resume(args)
     else:
-        _, job = plan_from_args(args, args.task_slots)
+        _, job = plan_from_args(args, slots)
         output = Path(args.output)
         print(sizing_line(job))
     state = job_state(output, job)
