@@ -139,3 +139,13 @@ def test_run_task_imports_only_what_it_uses(tmp_path, gpt2_tokenizer, backend):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == "[]"
     assert json.loads((out / "shard-00000.json").read_text())["backend"]["requested"] == backend
+
+
+def test_stage_start_up_does_not_import_numpy():
+    """`stage` runs on login nodes and in short jobs: its start-up stays without numpy (issue 6), which
+    the plan records reach through ``job.schema`` (the sizing record must not pull numpy in)."""
+    code = ("import sys\nfrom shardprep.cli.main import build_parser\nbuild_parser('stage')\n"
+            "import shardprep.cli.stage, shardprep.job.schema\nprint('numpy' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "False"

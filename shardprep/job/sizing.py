@@ -29,8 +29,6 @@ import math
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any, Sequence
 
-import numpy as np
-
 from shardprep.units import human_bytes
 from shardprep.inputs.discover import InputFile
 from shardprep.job.options import PlanOptions, TokenizeOptions
@@ -120,6 +118,8 @@ def choose_sizing(inputs: Sequence[InputFile], tokenizer: ResolvedTokenizer, opt
     ``slots``: (tasks the executor runs at once, why), used unless ``--parallel-tasks`` was given; None:
     this machine's CPUs.
     """
+    import numpy as np        # here, not at the top: job.schema imports this module, and stage must not load numpy
+
     from shardprep.job.resources import usable_cpus
     from shardprep.job.shard_ratio import sample_shard_ratio
 
