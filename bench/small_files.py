@@ -103,9 +103,9 @@ def token_exact(out: Path) -> int:
     from tokenizers import Tokenizer
 
     from shardprep.job.plan_files import TaskTable
-    from shardprep.job.schema import Sidecar
+    from shardprep.shard.sidecar import Sidecar
     from shardprep.job.state import load_job
-    from shardprep.loader.index import read_index
+    from shardprep.shard.index import read_index
     from shardprep.shard.reader import iter_shard_documents
 
     tok = Tokenizer.from_file(str(GPT2))

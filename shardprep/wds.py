@@ -54,9 +54,9 @@ def shard_urls(root: str, *, endpoint_url: str | None = None) -> list[str]:
     as the loader checks it (every listed shard present with its size).
     """
     from shardprep.loader.index import load_index
-    from shardprep.loader.sources import is_s3
+    from shardprep.storage.locations import is_s3
 
-    from shardprep.loader.sources import StorageOptions
+    from shardprep.storage.locations import StorageOptions
 
     index = load_index(str(root), storage=StorageOptions.build(endpoint_url=endpoint_url))
     urls = [index.location(s.name) for s in index.shards]
@@ -120,7 +120,7 @@ class decode:
 
     def _doc_start(self, root: str, url: str, key: str) -> int:
         from shardprep.loader.index import load_index
-        from shardprep.loader.sources import StorageOptions
+        from shardprep.storage.locations import StorageOptions
 
         if self._index is None:
             self._index = load_index(root, storage=StorageOptions.build(endpoint_url=self.endpoint_url))

@@ -60,8 +60,8 @@ def planned_with_slurm_record(tmp_path: Path, tokenizer: Path, options: dict, jo
 
 def shard_documents(output: Path) -> list[list[int]]:
     """Every document of a finalized output, in index order, read through the sidecars' chunk tables."""
-    from shardprep.loader.index import read_index
-    from shardprep.job.schema import Sidecar
+    from shardprep.shard.index import read_index
+    from shardprep.shard.sidecar import Sidecar
     from shardprep.shard.reader import iter_shard_documents
 
     docs: list[list[int]] = []

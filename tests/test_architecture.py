@@ -129,3 +129,59 @@ def test_no_library_function_is_over_60_lines():
     stale = [k for k in FUNCTION_ALLOWED if k not in long]
     assert not stale, f"FUNCTION_ALLOWED names functions that are no longer over the limit: {stale}"
     assert len(FUNCTION_ALLOWED) <= 2
+
+
+# Issue 24 (1): the layers below the plan never reach up.  (package, packages it must not import), checked on
+# every import statement of the package's modules, lazy ones included: a back arrow inside a function is
+# still a back arrow.
+FORBIDDEN_IMPORTS = {
+    "shard": ("job", "loader", "executor", "cli"),
+    "inputs": ("job", "loader", "executor", "cli"),
+    "storage": ("job", "loader", "executor", "cli"),
+    "job": ("loader",),
+}
+
+
+def imported_packages(source: str) -> set[str]:
+    """The ``shardprep`` subpackages (first component after ``shardprep.``) a module's imports name."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names if node.module == "shardprep"]
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "shardprep" and len(parts) > 1:
+                found.add(parts[1])
+    return found
+
+
+def test_imported_packages_sees_lazy_and_from_imports():
+    source = ("import os\nfrom shardprep.job.schema import Job\ndef f():\n    import shardprep.loader.index\n"
+              "    from shardprep import cli\n")
+    assert imported_packages(source) == {"job", "loader", "cli"}
+
+
+def test_lower_layers_never_import_upper_ones():
+    back = []
+    for m in _library_modules():
+        package = m.parts[0] if len(m.parts) > 1 else None
+        forbidden = FORBIDDEN_IMPORTS.get(package or "", ())
+        used = imported_packages((PACKAGE / m).read_text(encoding="utf-8"))
+        back += [f"{m} imports shardprep.{p}" for p in sorted(used) if p in forbidden]
+    assert not back, "imports that run back up the layers (docs/architecture.md, 'Layers'):\n" + "\n".join(back)
+
+
+def test_reading_a_shard_loads_a_handful_of_modules():
+    """``import shardprep.shard.reader`` (what a third-party reader of our shards pays) stays a leaf:
+    no records, no tokenizer, no input readers, no stores."""
+    import subprocess
+    import sys
+
+    code = ("import sys, shardprep.shard.reader; "
+            "print(sorted(m for m in sys.modules if m == 'shardprep' or m.startswith('shardprep.')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    loaded = ast.literal_eval(out.stdout.strip())
+    assert len(loaded) <= 6, loaded

@@ -602,7 +602,7 @@ def test_round_trip_stage_tokenize_upload_read_back(s3_endpoint, bucket, tmp_pat
     assert r.returncode == 0, r.stderr
 
     from shardprep.loader.index import load_index
-    from shardprep.loader.sources import StorageOptions
+    from shardprep.storage.locations import StorageOptions
     from shardprep.storage.s3 import ClientOptions
 
     storage = StorageOptions(s3=ClientOptions(endpoint_url=s3_endpoint))

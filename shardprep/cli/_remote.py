@@ -14,8 +14,8 @@ import argparse
 import numpy as np
 
 from shardprep.errors import InputDataError
-from shardprep.job.schema import Sidecar
-from shardprep.loader.sources import join, open_source, read_bytes
+from shardprep.shard.sidecar import Sidecar
+from shardprep.storage.locations import join, open_source, read_bytes
 from shardprep.shard.format import TOKENIZER_FILE
 from shardprep.shard.reader import read_chunk, split_docs
 

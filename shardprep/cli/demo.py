@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     bad = verify(shards)
     if bad:
         raise IncompleteError(f"verification failed: {', '.join(b.name for b in bad)}")
-    from shardprep.loader.index import read_index
+    from shardprep.shard.index import read_index
 
     t = read_index(shards).totals
     print(f"demo: {t.shards} shard(s) in {shards}: {t.documents:,} documents, {t.tokens:,} tokens, "

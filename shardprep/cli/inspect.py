@@ -10,8 +10,8 @@ import numpy as np
 
 from shardprep.cli.args import count_arg
 from shardprep.errors import InputDataError, TokenizerError
-from shardprep.job.schema import Sidecar
-from shardprep.loader.sources import is_url
+from shardprep.shard.sidecar import Sidecar
+from shardprep.storage.locations import is_url
 from shardprep.shard.format import TOKENIZER_FILE
 from shardprep.shard.reader import walk_tar
 

@@ -31,7 +31,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from shardprep.errors import ConfigError
-    from shardprep.loader.sources import is_s3
+    from shardprep.storage.locations import is_s3
     from shardprep.report.build import report_numbers, write_report
 
     if args.max_chunks < 1:

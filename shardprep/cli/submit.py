@@ -12,7 +12,7 @@ from shardprep.cli.plan import sizing_line
 from shardprep.executor import Executor, make_executor, task_slots
 from shardprep.job.schema import Job
 from shardprep.job.state import format_array_ranges, job_state, load_job
-from shardprep.loader.index import read_index
+from shardprep.shard.index import read_index
 from shardprep.storage.lock import output_lock
 from shardprep.shard.format import TOKENIZER_FILE
 from shardprep.tokenizer.load import check_frozen_tokenizer

@@ -9,7 +9,7 @@ from pathlib import Path
 from shardprep.cli.args import count_arg
 from shardprep.errors import EXIT_INCOMPLETE
 from shardprep.job.verify import verify
-from shardprep.loader.sources import is_url
+from shardprep.storage.locations import is_url
 
 NAME = "verify"
 HELP = "re-hash and re-parse every shard against index.json; exit 5 naming each bad shard"

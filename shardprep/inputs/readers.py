@@ -16,11 +16,10 @@ import logging
 import os
 import zlib
 from dataclasses import asdict, dataclass, field, replace
-from typing import IO, Any, Iterable, Iterator
+from typing import IO, Any, Iterable, Iterator, Protocol
 
 import orjson
 
-from shardprep.job.options import TokenizeOptions
 from shardprep.errors import InputDataError
 from shardprep.inputs import health
 from shardprep.inputs.discover import InputFile
@@ -41,6 +40,20 @@ except ImportError:  # pragma: no cover - zstandard is a dependency
 SKIP_REASONS = ("invalid_utf8", "empty", "malformed_json", "missing_field", "too_long")
 MAX_EXAMPLES = 10
 _READ_BLOCK = 1 << 20
+
+
+class ReadOptions(Protocol):
+    """What reading needs of the job's options (``job.options.TokenizeOptions`` is one): which field or
+    column holds the text, how a txt file splits into documents, and the longest document kept."""
+
+    @property
+    def text_field(self) -> str: ...
+
+    @property
+    def txt_mode(self) -> str: ...
+
+    @property
+    def max_doc_bytes(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -200,7 +213,7 @@ def _decode(raw: bytes, inp: InputFile, line: int | None, byte: int, skips: Skip
         return None
 
 
-def _txt_lines(inp: InputFile, item: WorkItem, opts: TokenizeOptions, skips: SkipLog) -> Iterator[str]:
+def _txt_lines(inp: InputFile, item: WorkItem, opts: ReadOptions, skips: SkipLog) -> Iterator[str]:
     for line, byte, raw in _lines(inp, item, opts.max_doc_bytes, skips):
         text = _decode(raw, inp, line, byte, skips)
         if text is None:
@@ -211,7 +224,7 @@ def _txt_lines(inp: InputFile, item: WorkItem, opts: TokenizeOptions, skips: Ski
         yield text
 
 
-def _txt_paragraphs(inp: InputFile, item: WorkItem, opts: TokenizeOptions, skips: SkipLog) -> Iterator[str]:
+def _txt_paragraphs(inp: InputFile, item: WorkItem, opts: ReadOptions, skips: SkipLog) -> Iterator[str]:
     """Blank-line separated documents; a document keeps its inner newlines.
 
     A paragraph with one bad line (invalid UTF-8) or over ``max_doc_bytes`` in total is skipped whole:
@@ -244,7 +257,7 @@ def _txt_paragraphs(inp: InputFile, item: WorkItem, opts: TokenizeOptions, skips
         yield "\n".join(parts)
 
 
-def _jsonl(inp: InputFile, item: WorkItem, opts: TokenizeOptions, skips: SkipLog) -> Iterator[str]:
+def _jsonl(inp: InputFile, item: WorkItem, opts: ReadOptions, skips: SkipLog) -> Iterator[str]:
     key = opts.text_field
     path = inp.path
     loads = orjson.loads
@@ -282,7 +295,7 @@ def _is_utf8(raw: bytes) -> bool:
         return False
 
 
-def _parquet(inp: InputFile, item: WorkItem, opts: TokenizeOptions, skips: SkipLog) -> Iterator[str]:
+def _parquet(inp: InputFile, item: WorkItem, opts: ReadOptions, skips: SkipLog) -> Iterator[str]:
     import pyarrow.parquet as pq
 
     try:
@@ -308,7 +321,7 @@ def _parquet(inp: InputFile, item: WorkItem, opts: TokenizeOptions, skips: SkipL
         row += n
 
 
-def _row_texts(path: str, rows: Iterable[tuple[int, Any]], opts: TokenizeOptions, skips: SkipLog) -> Iterator[str]:
+def _row_texts(path: str, rows: Iterable[tuple[int, Any]], opts: ReadOptions, skips: SkipLog) -> Iterator[str]:
     """The skip policy for tabular inputs: (0-based row, value) in, usable texts out.
 
     Skips report ``line`` as the 1-based row number.
@@ -325,13 +338,13 @@ def _row_texts(path: str, rows: Iterable[tuple[int, Any]], opts: TokenizeOptions
         yield text
 
 
-def _arrow(inp: InputFile, item: WorkItem, opts: TokenizeOptions, skips: SkipLog) -> Iterator[str]:
+def _arrow(inp: InputFile, item: WorkItem, opts: ReadOptions, skips: SkipLog) -> Iterator[str]:
     from shardprep.inputs.arrow import iter_column
 
     return _row_texts(inp.path, iter_column(inp.path, opts.text_field, item.start, item.end), opts, skips)
 
 
-def iter_documents(inp: InputFile, item: WorkItem, opts: TokenizeOptions, skips: SkipLog) -> Iterator[str]:
+def iter_documents(inp: InputFile, item: WorkItem, opts: ReadOptions, skips: SkipLog) -> Iterator[str]:
     """Documents of one work item, in file order; skips are recorded in ``skips``.
 
     Exactly the planned bytes or rows are read; an input that changed while it was read raises

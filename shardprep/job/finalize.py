@@ -10,7 +10,8 @@ import logging
 from pathlib import Path
 
 from shardprep.errors import IncompleteError, InputDataError
-from shardprep.job.schema import CREATED_BY, Index, IndexShard, IndexTokenizer, IndexTotals, Job
+from shardprep.job.schema import CREATED_BY, Job
+from shardprep.shard.index import Index, IndexShard, IndexTokenizer, IndexTotals
 from shardprep.storage.lock import output_lock
 from shardprep.job.state import format_array_ranges, job_state, load_job
 from shardprep.shard.format import FORMAT_VERSION, INDEX_FILE

@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from shardprep.errors import ConfigError, RecordError
-from shardprep.job.schema import Job, Sidecar
-from shardprep.job.schema.sidecar import SidecarSummary
-from shardprep.job.schema.fields import read_record
+from shardprep.job.schema import Job
+from shardprep.shard.sidecar import Sidecar
+from shardprep.shard.sidecar import SidecarSummary
+from shardprep.records import read_record
 from shardprep.shard.format import JOB_FILE, shard_name, sidecar_name
 
 log = logging.getLogger(__name__)

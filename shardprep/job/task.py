@@ -27,7 +27,8 @@ from shardprep.storage.atomic import remove_stale_temps, write_json_atomic
 from shardprep.inputs.planned import changed_since_planned
 from shardprep.inputs.readers import SkipLog, iter_documents
 from shardprep.job.plan_files import read_task
-from shardprep.job.schema import CREATED_BY, Job, Sidecar, Task, TaskItem
+from shardprep.job.schema import CREATED_BY, Job, Task, TaskItem
+from shardprep.shard.sidecar import Sidecar
 from shardprep.job.state import check_task, load_job
 from shardprep.job.resources import peak_rss_bytes, set_tokenizer_threads, usable_cpus
 from shardprep.shard.format import FORMAT_VERSION, LOG_DIR, TOKENIZER_FILE, shard_name, sidecar_name

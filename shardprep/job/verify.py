@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from shardprep.errors import ConfigError, IncompleteError, InputDataError, RecordError
-from shardprep.job.schema import ChunkTable, Index, IndexShard, Sidecar
-from shardprep.loader.index import read_index
+from shardprep.shard.sidecar import ChunkTable, Sidecar
+from shardprep.shard.index import Index, IndexShard, read_index
 from shardprep.shard.format import INDEX_FILE
 from shardprep.shard.reader import walk_tar
 from shardprep.storage.atomic import sha256_file

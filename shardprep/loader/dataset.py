@@ -31,7 +31,7 @@ from shardprep.loader.batches import Extras, doc_item, pack_arrays, pad_arrays, 
 from shardprep.loader.index import DatasetIndex, load_index
 from shardprep.loader.order import BlockShuffle, EpochStream, Piece
 from shardprep.loader.reader import ChunkReader, DecodedChunk
-from shardprep.loader.sources import StorageOptions, is_url
+from shardprep.storage.locations import StorageOptions, is_url
 from shardprep.loader.world import World, resolve_world, worker_slot
 from shardprep.shard.format import DTYPES, INDEX_FILE, JOB_FILE
 from shardprep.storage.s3 import ClientOptions

@@ -13,16 +13,15 @@ from __future__ import annotations
 import hashlib
 import logging
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import orjson
 
 from shardprep.errors import IncompleteError, InputDataError
-from shardprep.job.schema import ChunkTable, Index, IndexShard, IndexTokenizer, Sidecar
-from shardprep.shard.format import INDEX_FILE
-from shardprep.shard.reader import ByteSource, read_chunk
-from shardprep.loader.sources import StorageOptions, join, object_sizes, open_source, read_bytes, sha256_of
+from shardprep.shard.sidecar import ChunkTable, Sidecar
+from shardprep.shard.index import Index, IndexShard, IndexTokenizer, read_index
+from shardprep.shard.reader import read_chunk
+from shardprep.storage.locations import ByteSource, StorageOptions, join, object_sizes, open_source, read_bytes, sha256_of
 
 log = logging.getLogger(__name__)
 
@@ -103,20 +102,6 @@ def _check_sidecar(index: DatasetIndex, entry: IndexShard, side: Sidecar, where:
 
 def _fingerprint(parts: object) -> str:
     return hashlib.sha256(orjson.dumps(parts)).hexdigest()
-
-
-def read_index(root: str | Path, *, storage: StorageOptions | None = None) -> Index:
-    """Read and check ``root/index.json`` as a record (``job.schema.Index``: version, layout, dtype, every
-    field's type; errors name the file and the field, a torn or foreign index is never a KeyError).
-    The files it lists are not looked at here: the loader checks them all at once (:func:`load_index`),
-    ``shardprep verify`` shard by shard."""
-    where = join(str(root), INDEX_FILE)
-    try:
-        data = read_bytes(where, storage=storage)
-    except (FileNotFoundError, NotADirectoryError):
-        raise InputDataError(f"{where} does not exist: not a finalized shardprep output",
-                             hint="run `shardprep finalize`, or pass legacy tars (token_ids.json samples)") from None
-    return Index.parse(data, where)
 
 
 def load_index(root: str, *, verify: bool = False, storage: StorageOptions | None = None) -> DatasetIndex:

@@ -22,9 +22,10 @@ import numpy as np
 import orjson
 
 from shardprep.errors import ConfigError, InputDataError
-from shardprep.job.schema import ChunkTable, IndexShard
+from shardprep.shard.sidecar import ChunkTable
+from shardprep.shard.index import IndexShard
 from shardprep.loader.index import DatasetIndex
-from shardprep.shard.reader import ByteSource
+from shardprep.storage.locations import ByteSource
 
 log = logging.getLogger(__name__)
 

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from shardprep.errors import InputDataError, ShardprepError
-from shardprep.job.schema import ChunkTable
+from shardprep.shard.sidecar import ChunkTable
 from shardprep.loader.index import DatasetIndex
 from shardprep.loader.order import doc_order
-from shardprep.shard.reader import ByteSource
+from shardprep.storage.locations import ByteSource
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Read an output's files into the typed values the report needs: the one place that knows their fields.
 
 job.json, index.json, the sidecars and the frozen tokenizer are read here and nowhere else in
-``shardprep.report``, through the typed records of ``job.schema`` (errors name the file and the field).
+``shardprep.report``, through the typed records of ``job.schema`` and ``shard`` (errors name the file and the field).
 
 Two kinds of location:
 
@@ -22,11 +22,13 @@ from typing import Callable, TypeVar
 
 from shardprep.errors import IncompleteError, InputDataError
 from shardprep.executor.slurm.state import slurm_status_json
-from shardprep.job import schema
-from shardprep.job.schema import ChunkTable, Index, Job
+from shardprep.shard import sidecar as sidecar_record
+from shardprep.shard.sidecar import ChunkTable
+from shardprep.shard.index import Index, IndexShard
+from shardprep.job.schema import Job
 from shardprep.job.progress import planned_input_bytes
 from shardprep.job.state import job_state
-from shardprep.loader.sources import is_s3, is_url, join, object_sizes, read_bytes
+from shardprep.storage.locations import is_s3, is_url, join, object_sizes, read_bytes
 from shardprep.report.logs import LOG_NAME_RE, TaskLog, parse_task_log, read_task_logs
 from shardprep.shard.format import INDEX_FILE, JOB_FILE, LOG_DIR, TOKENIZER_FILE
 
@@ -118,7 +120,7 @@ def _optional_text(location: str) -> str | None:
         return None
 
 
-def report_sidecar(side: schema.Sidecar) -> Sidecar:
+def report_sidecar(side: sidecar_record.Sidecar) -> Sidecar:
     """The report's view of one (parsed and validated) sidecar."""
     b = side.backend
     examples = tuple(SkipExample(e.get("reason", "?"), e.get("file", "?"), e.get("line"), e.get("byte"), side.task)
@@ -172,9 +174,9 @@ def _indexed_tasks(location: str, index: Index, job: Job | None) -> list[Task]:
     """Tasks of a finalized output at any location: the shards index.json lists, all done."""
     planned = _planned_bytes(location, job)
 
-    def one(entry: schema.IndexShard) -> Sidecar:
+    def one(entry: IndexShard) -> Sidecar:
         where = join(location, entry.sidecar)
-        side = _record(where, schema.Sidecar.parse)
+        side = _record(where, sidecar_record.Sidecar.parse)
         if side is None:
             raise IncompleteError(f"{where}: sidecar of {entry.name} is missing")
         return report_sidecar(side)

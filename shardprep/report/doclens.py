@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shardprep.loader.sources import join, open_source
+from shardprep.storage.locations import join, open_source
 from shardprep.report import DEFAULT_MAX_CHUNKS
 from shardprep.report.collect import Output, Sidecar
 from shardprep.shard.reader import read_doclens

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from shardprep.loader.sources import join, open_source
+from shardprep.storage.locations import join, open_source
 from shardprep.report.collect import Output, Sidecar
 from shardprep.shard.reader import read_chunk, split_docs
 

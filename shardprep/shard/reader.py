@@ -1,56 +1,24 @@
 """Read shards: one ranged read per sample through the sidecar's chunk table, or a full tar walk.
 
-Where a sample lies comes from the sidecar's chunk table (``job.schema.sidecar.ChunkTable``).
-``ByteSource`` is the seam between "where the bytes live" (a local/Lustre file via ``pread``, an S3
-object via ranged GETs in ``shardprep.loader.sources``) and the decoding of samples, which is the same
-for both.
+Where a sample lies comes from the sidecar's chunk table (``shard.sidecar.ChunkTable``).  Where the bytes
+live is ``storage.locations``' concern: a ``ByteSource`` (a local/Lustre file via ``pread``, an object via
+ranged GETs) is handed in, and the decoding of samples is the same for every source.
 """
 
 from __future__ import annotations
 
-import os
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Protocol
+from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 
-from shardprep.job.schema.sidecar import Chunk, Sidecar
 from shardprep.shard.format import DTYPE_FOR_EXT, DTYPES
 
-
-class ByteSource(Protocol):
-    """Random-access bytes of one shard."""
-
-    def read(self, offset: int, size: int) -> bytes: ...
-
-    def close(self) -> None: ...
-
-
-class LocalSource:
-    """A local or Lustre file read with ``os.pread`` (thread-safe, no seek state)."""
-
-    def __init__(self, path: str | Path):
-        self.path = str(path)
-        self._fd = os.open(self.path, os.O_RDONLY)
-
-    def read(self, offset: int, size: int) -> bytes:
-        data = os.pread(self._fd, size, offset)
-        if len(data) != size:
-            raise EOFError(f"{self.path}: truncated: wanted {size} bytes at offset {offset}, got {len(data)}")
-        return data
-
-    def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-
-    def __del__(self) -> None:  # best effort; readers usually close explicitly
-        try:
-            self.close()
-        except Exception:
-            pass
+if TYPE_CHECKING:  # pragma: no cover - types only: reading a shard needs neither records nor stores
+    from shardprep.shard.sidecar import Chunk, Sidecar
+    from shardprep.storage.locations import ByteSource
 
 
 def read_chunk(src: ByteSource, chunk: Chunk, dtype: str) -> tuple[np.ndarray, np.ndarray]:
@@ -76,6 +44,8 @@ def split_docs(tokens: np.ndarray, lens: np.ndarray) -> list[np.ndarray]:
 
 def iter_shard_documents(path: str | Path, sidecar: Sidecar) -> Iterator[np.ndarray]:
     """Every document of a local shard, in order, as a 1-D array of the shard's dtype."""
+    from shardprep.storage.locations import LocalSource
+
     src = LocalSource(path)
     try:
         for ch in sidecar.chunks.chunks():

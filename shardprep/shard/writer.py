@@ -16,7 +16,7 @@ from types import TracebackType
 
 import numpy as np
 
-from shardprep.job.schema.sidecar import ChunkTable
+from shardprep.shard.sidecar import ChunkTable
 from shardprep.storage.atomic import (HashingWriter, discard_temp, fsync_dir, no_space_error, start_writeback,
                                      temp_name_for)
 from shardprep.shard.format import DTYPES, EXT_FOR_DTYPE, LAYOUTS, sample_key

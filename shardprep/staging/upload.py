@@ -109,7 +109,7 @@ def sidecar_sha256(path: Path) -> str | None:
     """The sha256 the sidecar of shard ``path`` records, or None when ``path`` is not a shard with one."""
     if not SHARD_RE.match(path.name):
         return None
-    from shardprep.job.schema import Sidecar
+    from shardprep.shard.sidecar import Sidecar
 
     where = path.with_suffix(".json")
     try:

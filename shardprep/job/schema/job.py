@@ -25,8 +25,8 @@ from shardprep.inputs.discover import COMPRESSIONS, FORMATS, TABULAR, InputFile
 from shardprep.inputs.readers import WorkItem
 from shardprep.job.options import PlanOptions, TokenizeOptions
 from shardprep.job.sizing import RULES, Sizing
-from shardprep.job.schema.fields import Fields, load_json, record
-from shardprep.job.schema.sidecar import SidecarInput
+from shardprep.records import Fields, load_json, record
+from shardprep.shard.sidecar import SidecarInput
 from shardprep.shard.format import PLAN_FORMAT_VERSION, PLAN_RECORDS_FILE, PLAN_TABLE_FILE
 from shardprep.tokenizer.load import TokenizerInfo
 

@@ -13,7 +13,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
-from shardprep.job.schema.fields import Fields, load_json
+from shardprep.records import Fields, load_json
 from shardprep.shard.format import DTYPES, LAYOUTS
 
 if TYPE_CHECKING:  # pragma: no cover

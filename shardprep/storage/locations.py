@@ -1,11 +1,12 @@
-"""Where the loader's bytes come from: local/Lustre paths, ``s3://`` or any other URL fsspec knows; routing only.
+"""Where a dataset's bytes come from: local/Lustre paths, ``s3://`` or any other URL fsspec knows.
 
-``loader/index.py``, the dataset and the ``verify``/``inspect`` commands call the functions below by
-location; each one sends a local path to the file system, an ``s3://`` URL to the one S3 layer
+``ByteSource`` is the random-access seam every shard read goes through (``LocalSource`` reads a local or
+Lustre file with ``pread``).  ``shard.index``, the loader and the ``verify``/``inspect``/``report``
+commands call the functions below by location; each one sends a local path to the file system, an ``s3://`` URL to the one S3 layer
 (``shardprep.storage.s3``: the client per process and options, botocore's standard retries, exact ranged
 reads, shared with staging) and any other URL (``gs://``, ``az://``, ``https://``, ``hf://`` ...) to
 ``shardprep.storage.remote`` (fsspec).  A shard is never downloaded whole: each sample is one ranged read
-at the byte offsets of the sidecar's chunk table (``shard.reader.ByteSource``).
+at the byte offsets of the sidecar's chunk table (``shard.reader.read_chunk`` over a ``ByteSource``).
 """
 
 from __future__ import annotations
@@ -13,14 +14,46 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Protocol
 
 from shardprep.errors import ConfigError, InputDataError
-from shardprep.shard.reader import ByteSource, LocalSource
 from shardprep.storage import remote
 from shardprep.storage import s3 as s3layer
 from shardprep.storage.atomic import sha256_file
 from shardprep.storage.s3 import ClientOptions
+
+
+class ByteSource(Protocol):
+    """Random-access bytes of one shard."""
+
+    def read(self, offset: int, size: int) -> bytes: ...
+
+    def close(self) -> None: ...
+
+
+class LocalSource:
+    """A local or Lustre file read with ``os.pread`` (thread-safe, no seek state)."""
+
+    def __init__(self, path: str | Path):
+        self.path = str(path)
+        self._fd = os.open(self.path, os.O_RDONLY)
+
+    def read(self, offset: int, size: int) -> bytes:
+        data = os.pread(self._fd, size, offset)
+        if len(data) != size:
+            raise EOFError(f"{self.path}: truncated: wanted {size} bytes at offset {offset}, got {len(data)}")
+        return data
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __del__(self) -> None:  # best effort; readers usually close explicitly
+        try:
+            self.close()
+        except Exception:
+            pass
 
 
 @dataclass(frozen=True)

@@ -8,10 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from shardprep.job.schema.fields import load_json, record
-from shardprep.shard.format import DTYPES, FORMAT_VERSION, LAYOUTS
+from shardprep.errors import InputDataError
+from shardprep.records import load_json, record
+from shardprep.shard.format import DTYPES, FORMAT_VERSION, INDEX_FILE, LAYOUTS
+
+if TYPE_CHECKING:  # pragma: no cover
+    from shardprep.storage.locations import StorageOptions
 
 
 @dataclass(frozen=True)
@@ -103,3 +107,19 @@ class Index:
             layout=f.str("layout", choices=LAYOUTS), dtype=f.str("dtype", choices=tuple(DTYPES)),
             shards=shards, totals=totals,
         )
+
+
+def read_index(root: str | Path, *, storage: StorageOptions | None = None) -> Index:
+    """Read and check ``root/index.json`` as a record (``Index``: version, layout, dtype, every field's
+    type; errors name the file and the field, a torn or foreign index is never a KeyError).
+    The files it lists are not looked at here: the loader checks them all at once (``loader.index.load_index``),
+    ``shardprep verify`` shard by shard."""
+    from shardprep.storage.locations import join, read_bytes   # local paths or any URL
+
+    where = join(str(root), INDEX_FILE)
+    try:
+        data = read_bytes(where, storage=storage)
+    except (FileNotFoundError, NotADirectoryError):
+        raise InputDataError(f"{where} does not exist: not a finalized shardprep output",
+                             hint="run `shardprep finalize`, or pass legacy tars (token_ids.json samples)") from None
+    return Index.parse(data, where)
