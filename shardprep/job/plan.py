@@ -27,7 +27,7 @@ import orjson
 from shardprep.job.options import PlanOptions, TokenizeOptions
 from shardprep.errors import InputDataError, PlanConflictError, RecordError
 from shardprep.storage.atomic import atomic_writer, fsync_dir, temp_name_for, write_json_atomic
-from shardprep.inputs.discover import InputFile
+from shardprep.inputs.discover import InputFile, is_shardprep_plan
 from shardprep.inputs.readers import WorkItem
 from shardprep.job.cutting import iter_tasks
 from shardprep.job.fingerprint import BATCH, Fingerprint
@@ -162,9 +162,7 @@ def _require_shardprep_plan(job_path: Path) -> None:
         return
     except orjson.JSONDecodeError:
         old = None
-    ours = isinstance(old, dict) and (str(old.get("created_by", "")).startswith("shardprep")
-                                      or {"fingerprint", "inputs", "tasks"} <= old.keys())
-    if not ours:
+    if not is_shardprep_plan(old):
         raise PlanConflictError(f"{job_path} is not a shardprep plan: --overwrite deletes only files shardprep "
                                 "wrote, and will not delete it",
                                 hint="move or remove it yourself, or use a new --output")
