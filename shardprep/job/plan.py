@@ -90,7 +90,7 @@ def _write_records(plan: Plan, staging: Path, lustre: dict | None) -> Job:
     files = PlanFiles(PLAN_RECORDS_FILE, PLAN_TABLE_FILE, root, table_sha256, fingerprint.inputs_sha256,
                       fingerprint.paths_sha256)
     return Job(fingerprint.hexdigest(), summary, plan.tokenizer.info, plan.options, plan.plan_options, files, lustre,
-               sizing=plan.sizing, backend_check=plan.backend_check)
+               sizing=plan.sizing, backend_check=plan.backend_check).sealed()
 
 
 def _changed_inputs(output: Path, old: Job, plan: Plan) -> list[str]:
