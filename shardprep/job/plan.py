@@ -34,6 +34,7 @@ from shardprep.job.fingerprint import BATCH, Fingerprint
 from shardprep.job.plan_files import TaskTable, TaskTableWriter
 from shardprep.job.schema import Job, PlanFiles, PlanSummary, TaskItem
 from shardprep.job.sizing import Sizing
+from shardprep.records import is_json_text
 from shardprep.shard.format import (INDEX_FILE, JOB_FILE, PLAN_DIR, PLAN_RECORDS_FILE,
                                     PLAN_TABLE_FILE, TOKENIZER_FILE)
 from shardprep.tokenizer.load import ResolvedTokenizer
@@ -67,7 +68,10 @@ def _common_root(inputs: list[InputFile]) -> str:
     if not inputs:
         return "/"
     common = os.path.commonprefix([min(i.path for i in inputs), max(i.path for i in inputs)])
-    return common[:common.rfind("/")] or "/"
+    root = common[:common.rfind("/")] or "/"
+    while not is_json_text(root):       # job.json holds it as text: stop above a name that is not UTF-8
+        root = os.path.dirname(root)
+    return root
 
 
 def _write_records(plan: Plan, staging: Path, lustre: dict | None) -> Job:

@@ -30,6 +30,7 @@ from shardprep.job.plan_files import read_task
 from shardprep.job.schema import CREATED_BY, Job, Task, TaskItem
 from shardprep.shard.sidecar import Sidecar
 from shardprep.job.state import check_task, load_job, read_frozen_tokenizer
+from shardprep.records import FS_BYTES
 from shardprep.job.resources import peak_rss_bytes, set_tokenizer_threads, usable_cpus
 from shardprep.shard.format import FORMAT_VERSION, LOG_DIR, shard_name, sidecar_name
 from shardprep.shard.writer import ShardResult, ShardWriter
@@ -122,7 +123,8 @@ def _task_log(output: Path, task: int) -> Iterator[None]:
     The file is opened before the task writes anything: its existence tells later attempts that an
     earlier one may have left temporary files (see ``_remove_stale``)."""
     (output / LOG_DIR).mkdir(exist_ok=True)
-    handler = logging.FileHandler(_log_path(output, task))
+    # a file name that is not UTF-8 (issue 23) is logged with \xNN escapes, not as a logging error
+    handler = logging.FileHandler(_log_path(output, task), encoding="utf-8", errors=FS_BYTES)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logger = logging.getLogger("shardprep")
     previous = logger.level

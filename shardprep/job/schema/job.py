@@ -27,7 +27,7 @@ from shardprep.inputs.discover import COMPRESSIONS, FORMATS, TABULAR, InputFile
 from shardprep.inputs.readers import WorkItem
 from shardprep.job.options import PlanOptions, TokenizeOptions
 from shardprep.job.sizing import RULES, Sizing
-from shardprep.records import Fields, load_json, record
+from shardprep.records import Fields, json_path, load_json, path_from_json, printable, record
 from shardprep.shard.sidecar import SidecarInput
 from shardprep.shard.format import PLAN_FORMAT_VERSION, PLAN_RECORDS_FILE, PLAN_TABLE_FILE
 from shardprep.tokenizer.load import TokenizerInfo
@@ -55,7 +55,7 @@ class TaskItem:
     def sidecar_input(self) -> SidecarInput:
         """The item as a sidecar's ``inputs`` entry: the path instead of the job's input number."""
         w = self.work
-        return SidecarInput(self.input.path, w.start, w.end, w.unit, w.first_line)
+        return SidecarInput(printable(self.input.path), w.start, w.end, w.unit, w.first_line)
 
     @property
     def nbytes(self) -> int:
@@ -114,7 +114,10 @@ def encode_task(items: Sequence[TaskItem], root: str) -> bytes:
         while len(row) > 5 and _is_default(row[-1], _TAIL_DEFAULTS[len(row) - 6]):
             row.pop()
         rows.append(row)
-    return orjson.dumps(rows) + b"\n"
+    try:
+        return orjson.dumps(rows) + b"\n"
+    except TypeError:       # a path that is not valid UTF-8: its exact record (records.json_path)
+        return orjson.dumps([[r[0], json_path(str(r[1])), *r[2:]] for r in rows]) + b"\n"
 
 
 def decode_task(line: bytes, index: int, root: str, where: str | Path) -> Task:
@@ -132,6 +135,7 @@ def decode_task(line: bytes, index: int, root: str, where: str | Path) -> Task:
         if not isinstance(row, list) or not 5 <= len(row) <= len(_ITEM_KEYS):
             raise RecordError(f"{where}: {name}: expected a list of 5 to {len(_ITEM_KEYS)} values")
         d = dict(zip(_ITEM_KEYS, row + list(_TAIL_DEFAULTS[len(row) - 5:])))
+        d["path"] = path_from_json(d["path"])
         f = Fields(d, str(where), name)
         f.str("format", choices=_FORMATS)
         f.str("compression", optional=True, choices=_COMPRESSIONS)
