@@ -27,6 +27,7 @@ COMMANDS: tuple[str, ...] = (
     "status",
     "finalize",
     "verify",
+    "repair",
     "inspect",
     "report",
     "demo",

@@ -36,7 +36,7 @@ from shardprep.job.schema import Job, PlanFiles, PlanSummary, TaskItem
 from shardprep.job.sizing import Sizing
 from shardprep.records import is_json_text
 from shardprep.shard.format import (INDEX_FILE, JOB_FILE, PLAN_DIR, PLAN_RECORDS_FILE,
-                                    PLAN_TABLE_FILE, TOKENIZER_FILE)
+                                    PLAN_TABLE_FILE, REPAIR_DIR, TOKENIZER_FILE)
 from shardprep.tokenizer.load import ResolvedTokenizer
 
 log = logging.getLogger(__name__)
@@ -191,8 +191,8 @@ def _sort_output(output: Path) -> tuple[list[Path], list[Path], list[str]]:
                 if entry.is_dir(follow_symlinks=False):
                     if rel in OWNED_DIRS:
                         pending.append(rel + "/")
-                    elif (m := _TEMP.fullmatch(rel)) and m.group("dir") + m.group("name") == PLAN_DIR:
-                        staging.append(output / rel)      # .plan.<host>.<pid>.tmp/ (write_plan)
+                    elif (m := _TEMP.fullmatch(rel)) and m.group("dir") + m.group("name") in (PLAN_DIR, REPAIR_DIR):
+                        staging.append(output / rel)      # .plan.<host>.<pid>.tmp/ (write_plan), .repair...
                     else:
                         kept.append(rel + "/")
                 elif written_by_shardprep(rel):
