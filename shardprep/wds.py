@@ -94,7 +94,7 @@ def _index_dir(url: str) -> tuple[str, str | None]:
         words = shlex.split(url[len("pipe:"):])
         if "--endpoint-url" in words[:-1]:
             endpoint = words[words.index("--endpoint-url") + 1]
-        url = next((w for w in words if "://" in w), url)
+        url = next((w for w in reversed(words) if "://" in w and w != endpoint), url)
     if "://" in url:
         return url.rsplit("/", 1)[0], endpoint
     return os.path.dirname(url) or ".", endpoint

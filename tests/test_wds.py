@@ -98,7 +98,7 @@ def test_pipeline_helper_and_its_missing_extra(packed, monkeypatch):
 
 
 @pytest.mark.s3
-def test_s3_output_streams_through_the_aws_cli(packed, s3_endpoint, monkeypatch):
+def test_s3_output_streams_through_the_aws_cli(packed, s3_endpoint, monkeypatch, caplog):
     bucket = make_bucket(s3_endpoint, "wds")
     client = s3_client(s3_endpoint)
     for f in sorted(packed.iterdir()):
@@ -111,7 +111,10 @@ def test_s3_output_streams_through_the_aws_cli(packed, s3_endpoint, monkeypatch)
     for k, v in aws_env().items():          # the aws CLI child reads credentials from the environment
         monkeypatch.setenv(k, v)
     expected = list(ShardDataset(packed, mode="pack", seq_len=40, shuffle=False))
-    assert_same(expected, stock(urls, spw.decode(), spw.pack(40)))
+    decode = spw.decode()
+    assert_same(expected, stock(urls, decode, spw.pack(40)))
+    assert "not checked against the vocabulary" not in caplog.text     # index.json found beside the shards
+    assert list(decode._vocab.values()) == [ShardDataset(packed, mode="pack", seq_len=40).index.tokenizer.vocab_size]
 
 
 def test_token_ids_beyond_the_vocabulary_are_refused_by_the_stock_pipeline(packed, tmp_path, caplog):
