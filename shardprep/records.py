@@ -11,8 +11,10 @@ Integers are ``int`` and never ``bool`` (JSON ``true`` is not a byte count); flo
 from __future__ import annotations
 
 import builtins
+import codecs
 import dataclasses
 import functools
+import os
 import types
 import typing
 from pathlib import Path
@@ -231,3 +233,60 @@ def record(cls: type[T], fields: Fields, *, defaults: bool = False) -> T:
         return cls(**values)
     except ShardprepError as e:
         raise RecordError(f"{fields.where}: field '{fields.prefix}': {e}") from None
+
+
+# -- file paths in records ----------------------------------------------------------------------------
+# A POSIX file name is bytes.  Python hands over a name that is not valid UTF-8 as a str holding surrogate
+# escapes (os.fsdecode), which JSON (orjson) cannot hold: one such input used to crash plan/submit
+# (issue 23).  The records that must name a file exactly (the plan: the fingerprint's inputs and
+# plan/tasks.jsonl) hold such a path as ``{"fs_bytes_hex": "<its bytes in hex>"}``: a task opens the very
+# same file, and no other name can have the same record.  A valid UTF-8 path is stored as itself, so the
+# records of ordinary names do not change.  Records and messages for people show such names with ``\xNN``.
+PATH_BYTES_KEY = "fs_bytes_hex"
+
+
+def is_json_text(text: str) -> bool:
+    """Can JSON hold ``text`` as it is (no surrogate escapes)?"""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def json_path(path: str) -> str | builtins.dict[str, str]:
+    """``path`` as an exact record holds it (see above)."""
+    return path if is_json_text(path) else {PATH_BYTES_KEY: os.fsencode(path).hex()}
+
+
+def path_from_json(value: Any) -> Any:
+    """The inverse of :func:`json_path`; any other value is returned as it is, for the field check to judge."""
+    if type(value) is dict and value.keys() == {PATH_BYTES_KEY} and type(value[PATH_BYTES_KEY]) is str:
+        try:
+            return os.fsdecode(bytes.fromhex(value[PATH_BYTES_KEY]))
+        except ValueError:
+            return value
+    return value
+
+
+FS_BYTES = "shardprep-fsbytes"     # the codec error handler below: log files and stdout use it too
+
+
+def _escape_fs_bytes(exc: UnicodeError) -> tuple[str, int]:
+    """Encode a file name's undecodable bytes (surrogate escapes U+DC80..U+DCFF) as ``\\xNN``, and any other
+    unencodable character as ``backslashreplace`` would."""
+    if not isinstance(exc, UnicodeEncodeError):
+        raise exc
+    bad = exc.object[exc.start:exc.end]
+    return "".join(f"\\x{ord(c) - 0xDC00:02x}" if 0xDC80 <= ord(c) <= 0xDCFF else f"\\u{ord(c):04x}"
+                   for c in bad), exc.end
+
+
+codecs.register_error(FS_BYTES, _escape_fs_bytes)
+
+
+def printable(text: str) -> str:
+    """``text`` for people and informational records: undecodable bytes of a file name as ``\\xNN``."""
+    return text if is_json_text(text) else text.encode("utf-8", FS_BYTES).decode("utf-8")

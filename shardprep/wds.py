@@ -16,20 +16,31 @@ yields the same tensors as ``ShardDataset(..., shuffle=False)``.  What webdatase
 (equal steps per rank, splits below a shard, exact resume) is ``ShardDataset``'s job; docs/loader.md
 compares the two.
 
+``decode()`` refuses token ids at or above the vocabulary size, with the loader's own check
+(``loader.reader.check_token_ids``): a flipped byte in a shard must not reach training through this path
+either.  The vocabulary comes from ``vocab_size=``, else from ``index.json`` (``decode(index=ROOT)``, or
+the one beside each shard, found from the sample's URL: a path, or the ``pipe:aws s3 cp`` form of
+``shard_urls``), read once per directory; where no index.json can be read a warning says the ids go
+unchecked.
+
 Stages are small picklable classes (DataLoader workers may be spawned).  Nothing here imports webdataset
 except ``webdataset_pipeline``, which needs the ``shardprep[wds]`` extra.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import re
 import shlex
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, NamedTuple
 
 import numpy as np
 
-from shardprep.errors import ConfigError, InputDataError
+from shardprep.errors import ConfigError, InputDataError, ShardprepError
 from shardprep.shard.format import DTYPE_FOR_EXT, DTYPES
+
+log = logging.getLogger(__name__)
 
 _SHARD_NAME = re.compile(r"shard-\d{5,}\.tar")
 if TYPE_CHECKING:  # pragma: no cover
@@ -75,6 +86,20 @@ def _array(sample: dict, field: str, dtype_ext: str) -> np.ndarray:
     return np.frombuffer(data, dtype=dt)
 
 
+def _index_dir(url: str) -> tuple[str, str | None]:
+    """(directory of the index.json beside the shard at webdataset ``url``, its S3 endpoint or None): a
+    local path or URL, or the ``pipe:aws s3 cp [--endpoint-url E] s3://... -`` form ``shard_urls`` gives."""
+    endpoint = None
+    if url.startswith("pipe:"):
+        words = shlex.split(url[len("pipe:"):])
+        if "--endpoint-url" in words[:-1]:
+            endpoint = words[words.index("--endpoint-url") + 1]
+        url = next((w for w in reversed(words) if "://" in w and w != endpoint), url)
+    if "://" in url:
+        return url.rsplit("/", 1)[0], endpoint
+    return os.path.dirname(url) or ".", endpoint
+
+
 def _member_ext(sample: dict, field: str) -> str | None:
     return next((ext for ext in DTYPE_FOR_EXT if f"{field}.{ext}" in sample), None)
 
@@ -87,14 +112,16 @@ class decode:
     sample's first document, the loader's ``doc_ids`` numbering; ``pack(doc_info=True)`` needs it.
     """
 
-    def __init__(self, index: str | None = None, *, endpoint_url: str | None = None):
+    def __init__(self, index: str | None = None, *, endpoint_url: str | None = None, vocab_size: int | None = None):
         self.root, self.endpoint_url = (None if index is None else str(index)), endpoint_url
+        self.vocab_size = vocab_size
         self._index: Any = None
         self._positions: dict[str, int] = {}
         self._firsts: dict[int, dict[str, int]] = {}
+        self._vocab: dict[tuple[str, str | None], int | None] = {}    # index directory -> its vocabulary size
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_index": None, "_firsts": {}}   # workers reload what they touch
+        return {**self.__dict__, "_index": None, "_firsts": {}, "_vocab": {}}   # workers reload what they touch
 
     def __call__(self, samples: Iterable[dict]) -> Iterator[dict]:
         for sample in samples:
@@ -107,6 +134,9 @@ class decode:
             raise InputDataError(f"{url}: sample {key} has no tokens.u16/tokens.u32 member (members: "
                                  f"{sorted(k for k in sample if not k.startswith('__'))}): not a shardprep shard")
         tokens = _array(sample, "tokens", ext)
+        from shardprep.loader.reader import check_token_ids
+
+        check_token_ids(tokens, self._vocab_size(str(url)), str(url), str(key))
         lens_ext = _member_ext(sample, "doclens")
         lens = (_array(sample, "doclens", lens_ext).astype(np.int64) if lens_ext
                 else np.array([tokens.size], dtype=np.int64))
@@ -117,6 +147,24 @@ class decode:
         if self.root is not None:
             out["doc_start"] = self._doc_start(self.root, str(url), str(key))
         return out
+
+    def _vocab_size(self, url: str) -> int | None:
+        """The vocabulary the shard at ``url`` was written with (see the module docstring); None: unknown."""
+        if self.vocab_size is not None:
+            return self.vocab_size
+        where = (self.root, self.endpoint_url) if self.root is not None else _index_dir(url)
+        if where not in self._vocab:
+            from shardprep.shard.index import read_index
+            from shardprep.storage.locations import StorageOptions
+
+            try:
+                vocab = read_index(where[0], storage=StorageOptions.build(endpoint_url=where[1])).tokenizer.vocab_size
+            except (ShardprepError, OSError) as e:
+                log.warning("token ids of the shards in %s are not checked against the vocabulary: no readable "
+                            "index.json there (%s); pass decode(index=ROOT) or decode(vocab_size=N)", where[0], e)
+                vocab = None
+            self._vocab[where] = vocab if vocab is not None and vocab > 0 else None
+        return self._vocab[where]
 
     def _doc_start(self, root: str, url: str, key: str) -> int:
         from shardprep.loader.index import load_index

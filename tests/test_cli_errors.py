@@ -152,3 +152,29 @@ def test_negative_or_zero_counts_are_refused_naming_the_option(tmp_path, finishe
     proc = run_cli(*base, option, value, check=EXIT_USAGE, env={"AWS_MAX_ATTEMPTS": "1"})
     _one_line(proc, option, value)
     assert not out.exists()                                              # refused before writing anything
+
+
+# ------------------------------------------------------------------- issue 23 item 7: more one-liners
+
+def test_output_or_stage_dest_that_cannot_be_created(tmp_path, sample_tokenizer, s3_endpoint):
+    """/proc holds no directories a user can make: one line naming the path (exit 8), for --output and for
+    stage's DEST, run here or as a Slurm job (which creates DEST before sbatch)."""
+    from s3_server import aws_env, make_bucket, s3_client
+
+    (tmp_path / "in.txt").write_text("hello\n")
+    for cmd in ("plan", "submit"):
+        proc = run_cli(cmd, "-i", tmp_path / "in.txt", "-o", "/proc/nope/out", "-t", sample_tokenizer,
+                       check=EXIT_ENVIRONMENT)
+        _one_line(proc, "cannot create the output directory /proc/nope/out: No such file or directory")
+    bucket = make_bucket(s3_endpoint, "nope")
+    s3_client(s3_endpoint).put_object(Bucket=bucket, Key="raw/a.txt", Body=b"hello\n")
+    for extra in ((), ("--submit",)):
+        proc = run_cli("stage", f"s3://{bucket}/raw/", "/proc/nope", "--endpoint-url", s3_endpoint, *extra,
+                       check=EXIT_ENVIRONMENT, env=aws_env())
+        _one_line(proc, "cannot create the directory /proc/nope: No such file or directory")
+
+
+def test_resume_with_the_frozen_tokenizer_deleted(copy_of):
+    (copy_of / "tokenizer.json").unlink()
+    proc = run_cli("submit", "--resume", copy_of, check=EXIT_TOKENIZER)
+    _one_line(proc, f"{copy_of / 'tokenizer.json'} is not readable: No such file or directory")

@@ -50,3 +50,35 @@ def test_disk_full_removes_the_temporary_and_names_file_and_space(tmp_path, smal
     proc = run_cli("run-task", out, "--task-id", "0", check=EXIT_ENVIRONMENT)   # as a Slurm task runs it
     assert f"no space left on device writing {out / 'shard-00000.tar'}" in proc.stderr
     assert not list(out.glob(".*.tmp"))
+
+
+def _fill(directory: Path) -> None:
+    """Write until the file system refuses another byte."""
+    with open(directory / "filler", "wb", buffering=0) as f:
+        with pytest.raises(OSError):
+            while True:
+                f.write(b"x" * 4096)
+
+
+@pytest.mark.parametrize("mode", ["flock", "exclusive"])
+def test_full_disk_when_taking_the_output_lock_is_one_line_and_leaves_no_lock_file(tmp_path, small_fs, mode,
+                                                                                    sample_tokenizer):
+    """Issue 23 item 7: plan/submit/finalize take the output lock first; on a completely full disk its owner
+    record cannot be written.  One line naming the lock file (exit 8), and no empty lock file left."""
+    text = tmp_path / "in.txt"
+    text.write_text("\n".join(sample_documents(50, seed=1)) + "\n")
+    out = small_fs / "out"
+    run_cli("plan", "-i", text, "-o", out, "-t", sample_tokenizer)
+    _fill(small_fs)
+    env = {"SHARDPREP_LOCK_MODE": mode}
+    for args in (("plan", "-i", text, "-o", out, "-t", sample_tokenizer),
+                 ("submit", "-i", text, "-o", out, "-t", sample_tokenizer, "--no-progress"),
+                 ("submit", "--resume", out, "--no-progress"), ("finalize", out)):
+        proc = run_cli(*args, check=EXIT_ENVIRONMENT, env=env)
+        assert f"no space left on device writing {out / '.shardprep.lock'} (" in proc.stderr, proc.stderr
+        assert "no lock file was left behind" in proc.stderr and "Traceback" not in proc.stderr
+        assert not (out / ".shardprep.lock").exists()
+    new = small_fs / "new"
+    proc = run_cli("plan", "-i", text, "-o", new, "-t", sample_tokenizer, check=EXIT_ENVIRONMENT, env=env)
+    assert "no space left on device" in proc.stderr and "Traceback" not in proc.stderr
+    assert not new.exists()                           # the directory it created is removed again

@@ -98,7 +98,7 @@ def test_pipeline_helper_and_its_missing_extra(packed, monkeypatch):
 
 
 @pytest.mark.s3
-def test_s3_output_streams_through_the_aws_cli(packed, s3_endpoint, monkeypatch):
+def test_s3_output_streams_through_the_aws_cli(packed, s3_endpoint, monkeypatch, caplog):
     bucket = make_bucket(s3_endpoint, "wds")
     client = s3_client(s3_endpoint)
     for f in sorted(packed.iterdir()):
@@ -111,4 +111,41 @@ def test_s3_output_streams_through_the_aws_cli(packed, s3_endpoint, monkeypatch)
     for k, v in aws_env().items():          # the aws CLI child reads credentials from the environment
         monkeypatch.setenv(k, v)
     expected = list(ShardDataset(packed, mode="pack", seq_len=40, shuffle=False))
-    assert_same(expected, stock(urls, spw.decode(), spw.pack(40)))
+    decode = spw.decode()
+    assert_same(expected, stock(urls, decode, spw.pack(40)))
+    assert "not checked against the vocabulary" not in caplog.text     # index.json found beside the shards
+    assert list(decode._vocab.values()) == [ShardDataset(packed, mode="pack", seq_len=40).index.tokenizer.vocab_size]
+
+
+def test_token_ids_beyond_the_vocabulary_are_refused_by_the_stock_pipeline(packed, tmp_path, caplog):
+    """Issue 23 item 4: a corrupt shard whose ids pass the dtype but not the vocabulary (65535 with a vocab of
+    a few hundred) is refused by ``shardprep.wds`` as by the loader, with the loader's own check."""
+    import shutil
+
+    from shardprep.shard.sidecar import Sidecar
+
+    root = tmp_path / "corrupt"
+    shutil.copytree(packed, root)
+    sidecar = Sidecar.parse((root / "shard-00001.json").read_bytes(), "shard-00001.json")
+    data = bytearray((root / "shard-00001.tar").read_bytes())
+    at = sidecar.chunks.tokens_offset[0] + 2 * 5                 # the 6th id of the first sample
+    data[at:at + 2] = (65535).to_bytes(2, "little")
+    (root / "shard-00001.tar").write_bytes(bytes(data))
+    key = sidecar.chunks.key[0]
+    vocab = ShardDataset(root, mode="pack", seq_len=8).index.tokenizer.vocab_size
+    expected = f"corrupt shard {root / 'shard-00001.tar'}: sample {key} holds token id 65535 >= vocab size {vocab}"
+    for stages in ((spw.decode(), spw.pack(32)), (spw.decode(str(root)), spw.pack(32, doc_info=True))):
+        with pytest.raises(InputDataError, match=expected):
+            stock(spw.shard_urls(str(root)), *stages)
+    with pytest.raises(InputDataError, match=r"holds token id 65535 >= vocab size"):
+        list(spw.webdataset_pipeline(str(root), 32))
+    with pytest.raises(InputDataError, match=r"sample .* \(chunk 0\) holds token id 65535 >= vocab size"):
+        list(ShardDataset(root, mode="pack", seq_len=32, shuffle=False))      # the loader, for comparison
+    # shards away from their index.json: the same check given the vocabulary, and a warning without it
+    lone = tmp_path / "lone"
+    lone.mkdir()
+    shutil.copy(root / "shard-00001.tar", lone / "shard-00001.tar")
+    with pytest.raises(InputDataError, match="holds token id 65535"):
+        stock([str(lone / "shard-00001.tar")], spw.decode(vocab_size=vocab))
+    assert stock([str(lone / "shard-00001.tar")], spw.decode())
+    assert f"token ids of the shards in {lone} are not checked against the vocabulary" in caplog.text

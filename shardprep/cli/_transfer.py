@@ -20,14 +20,19 @@ def finish(summary: TransferSummary, *, as_json: bool) -> int:
 
 
 def print_dry_run(moves: list[tuple[int, str, str]], *, verb: str, noun: str, skipped: int, skipped_as: str,
-                  as_json: bool) -> int:
-    """List (size, from, to) per planned transfer and the total; nothing is transferred."""
+                  as_json: bool, deletes: list[str] | None = None) -> int:
+    """List (size, from, to) per planned transfer and the total, and the objects it would delete (``upload
+    --replace``, in order); nothing is transferred."""
     total = sum(size for size, _, _ in moves)
     if as_json:
         print(orjson.dumps({"transfers": [{"size": s, "from": a, "to": b} for s, a, b in moves],
-                            "bytes": total, "skipped": skipped}).decode())
+                            "bytes": total, "skipped": skipped,
+                            **({"deletes": deletes} if deletes else {})}).decode())
         return 0
     for size, src, dst in moves:
         print(f"{size:>14}  {src}  ->  {dst}")
-    print(f"would {verb} {len(moves)} {noun}, {human_bytes(total)} ({total} bytes); {skipped} {skipped_as}")
+    for url in deletes or []:
+        print(f"{'delete':>14}  {url}")
+    print(f"would {verb} {len(moves)} {noun}, {human_bytes(total)} ({total} bytes); {skipped} {skipped_as}"
+          + (f"; delete {len(deletes)} object(s) of the replaced dataset" if deletes else ""))
     return 0

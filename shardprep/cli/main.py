@@ -18,6 +18,7 @@ from typing import Sequence
 
 from shardprep import __version__
 from shardprep.errors import EXIT_INTERRUPTED, ShardprepError
+from shardprep.records import FS_BYTES
 
 # Module names under shardprep.cli, in the order `shardprep --help` lists them.
 COMMANDS: tuple[str, ...] = (
@@ -26,6 +27,7 @@ COMMANDS: tuple[str, ...] = (
     "status",
     "finalize",
     "verify",
+    "repair",
     "inspect",
     "report",
     "demo",
@@ -91,6 +93,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     # non-interactive script inherit that): restore Python's KeyboardInterrupt handler.
     with contextlib.suppress(ValueError):  # ValueError: not the main thread (main() called by a test)
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    # printed paths may hold bytes that are not UTF-8 (a file name): \xNN, never an encoding error
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, ValueError):   # not a text stream we may reconfigure
+            stream.reconfigure(errors=FS_BYTES)  # type: ignore[union-attr]
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(command_module(argv))
     args = parser.parse_args(argv)

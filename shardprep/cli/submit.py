@@ -11,11 +11,9 @@ from shardprep.errors import ConfigError
 from shardprep.cli.plan import sizing_line
 from shardprep.executor import Executor, make_executor, task_slots
 from shardprep.job.schema import Job
-from shardprep.job.state import format_array_ranges, job_state, load_job
+from shardprep.job.state import format_array_ranges, job_state, load_job, read_frozen_tokenizer
 from shardprep.shard.index import read_index
 from shardprep.storage.lock import output_lock
-from shardprep.shard.format import TOKENIZER_FILE
-from shardprep.tokenizer.load import check_frozen_tokenizer
 
 NAME = "submit"
 HELP = "plan and run/submit the tokenize tasks (local process pool, sbatch array or submitit)"
@@ -41,8 +39,7 @@ def _resume(args: argparse.Namespace) -> tuple[Path, Job]:
     if args.output and Path(args.output) != output:
         raise ConfigError(f"--output {args.output} and --resume {args.resume} name different directories")
     job = load_job(output)
-    check_frozen_tokenizer((output / TOKENIZER_FILE).read_text(encoding="utf-8"), job.tokenizer.to_dict(),
-                           output / TOKENIZER_FILE)
+    read_frozen_tokenizer(output, job)
     if args.input or args.tokenizer:  # a full command line was given as well: it must match the frozen plan
         args.output = str(output)
         # no task slots: the frozen plan's sizing is kept; any difference raises PlanConflictError

@@ -21,8 +21,14 @@ already present with provably identical bytes (same size and ETag/checksum) are 
 uploaded last and only when everything else succeeded, so readers never see an index pointing at missing
 shards.  Credentials come from the standard AWS chain, never the command line.
 
-Exit codes: 0 all uploaded; 2 bad option; 3 SRC_DIR missing or empty; 7 some uploads failed, a shard
-differs from its sidecar's sha256, or a file changed while it was uploaded (that object is deleted again).
+A prefix that already holds another dataset (its index.json lists another plan or other shards, or it
+holds shard files that are not this upload's) is refused; --replace replaces it: its index.json is
+deleted before anything is uploaded, its leftover files (shardprep's names the filters select) after the
+new index.json is up, so readers never see an index.json naming another dataset's shards.
+
+Exit codes: 0 all uploaded; 2 bad option; 3 SRC_DIR missing or empty; 4 the prefix holds another dataset
+(no --replace); 7 some uploads failed, a shard differs from its sidecar's sha256, or a file changed while
+it was uploaded (that object is deleted again).
 """
 
 
@@ -35,12 +41,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                            part_help="files at least this big go up as multipart uploads with parts of this size")
     add_field(p, "--checksum-algorithm", owner=UploadOptions, choices=CHECKSUM_ALGORITHMS,
               help="integrity checksum S3 verifies on every request and part")
+    add_field(p, "--replace", owner=UploadOptions, action="store_true",
+              help="if the prefix holds another dataset, replace it: delete its index.json first and its leftover "
+                   "files last (default: refuse)")
 
 
 def options_from_args(args: argparse.Namespace) -> UploadOptions:
     from shardprep.staging.upload import UploadOptions
 
-    return transfer_options_from_args(UploadOptions, args, checksum_algorithm=args.checksum_algorithm)
+    return transfer_options_from_args(UploadOptions, args, checksum_algorithm=args.checksum_algorithm,
+                                      replace=args.replace)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -54,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
     plan = plan_upload(options, client)
     if args.dry_run:
         moves = [(i.size, str(i.path), f"s3://{plan.bucket}/{i.key}") for i in plan.todo]
+        deletes = [f"s3://{plan.bucket}/{key}" for key in plan.published.deletions]
         return print_dry_run(moves, verb="upload", noun="files", skipped=len(plan.skipped),
-                             skipped_as="already identical", as_json=args.json)
+                             skipped_as="already identical", as_json=args.json, deletes=deletes)
     return finish(run_upload(options, client, plan), as_json=args.json)

@@ -50,6 +50,11 @@ class LocalExecutor:
         self.finalize = finalize
 
     def launch(self, output: Path, task_ids: list[int], *, dry_run: bool = False) -> LaunchReport:
+        from shardprep.executor.slurm.state import refuse_if_active
+
+        # A Slurm array of this plan may still be running: its tasks' temporary shards are not ours to
+        # remove (the same refusal as a second Slurm submission; reads slurm/jobs.json only when present)
+        refuse_if_active(Path(output), list(task_ids))
         report = LaunchReport(self.name, list(task_ids))
         if dry_run:
             log.info("dry run: would run %d task(s) locally", len(task_ids))

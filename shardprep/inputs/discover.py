@@ -11,6 +11,11 @@ Symbolic links are followed, but by real path: a directory is walked once howeve
 it, a link to one of its own ancestors (a loop) is not followed, and a file reached by several paths is
 planned once (under the first of its paths in sorted order).  Loops and duplicates are reported as a
 warning naming them; ``strict`` makes a loop an error (a duplicate stays a warning: it loses nothing).
+
+shardprep's own outputs are never inputs: a directory holding a shardprep ``job.json`` (and everything
+under it) is left out, with one log line naming the directories.  Why: an output directory inside an input
+directory (``-i data -o data/shards``) would otherwise plan its own ``plan/tasks.jsonl`` as an input on the
+next run, and the same command would then be refused as a different plan.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import logging
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 from shardprep.errors import InputDataError
 from shardprep.inputs import arrow
@@ -32,6 +37,7 @@ FORMATS = {".txt": "txt", ".text": "txt", ".jsonl": "jsonl", ".ndjson": "jsonl",
            ".arrow": "arrow"}
 SPLITTABLE = ("txt", "jsonl")  # uncompressed only: byte ranges need random access
 TABULAR = ("parquet", "arrow")  # planned and read by row ranges
+PLAN_FILE = "job.json"          # a shardprep output's frozen plan (shard.format.JOB_FILE; this layer is below it)
 
 
 @dataclass(frozen=True)
@@ -116,6 +122,52 @@ class LinkReport:
                         len(self.duplicates), named)
 
 
+def is_shardprep_plan(record: Any) -> bool:
+    """Is this parsed ``job.json`` one shardprep wrote (plan format 2: ``created_by``; format 1 had no such
+    field but held ``fingerprint``, ``inputs`` and ``tasks``)?"""
+    return isinstance(record, dict) and (str(record.get("created_by", "")).startswith("shardprep")
+                                         or {"fingerprint", "inputs", "tasks"} <= record.keys())
+
+
+@dataclass
+class OutputDirs:
+    """Which directories are shardprep outputs (hold a shardprep ``job.json``): each directory is read once."""
+
+    owners: dict[str, str | None] = field(default_factory=dict)   # directory -> the output it lies in
+    found: dict[str, None] = field(default_factory=dict)          # output directories met, in order
+
+    def holds_plan(self, directory: str) -> bool:
+        import orjson
+
+        try:
+            with open(os.path.join(directory, PLAN_FILE), "rb") as f:
+                return is_shardprep_plan(orjson.loads(f.read(1 << 20)))
+        except (OSError, ValueError):       # none there, unreadable, or not JSON: not one of ours
+            return False
+
+    def owner_of_dir(self, directory: str) -> str | None:
+        """The output directory ``directory`` (absolute) is or lies in, or None."""
+        if directory in self.owners:
+            return self.owners[directory]
+        parent = os.path.dirname(directory)
+        owner = directory if self.holds_plan(directory) else None if parent == directory else self.owner_of_dir(parent)
+        self.owners[directory] = owner
+        return owner
+
+    def owner(self, path: str) -> str | None:
+        """The output directory file ``path`` lies in (a directory above it holds a shardprep plan), or None."""
+        owner = self.owner_of_dir(os.path.dirname(os.path.abspath(path)))
+        if owner is not None:
+            self.found.setdefault(owner)
+        return owner
+
+    def log(self) -> None:
+        if self.found:
+            named = ", ".join(list(self.found)[:5]) + (" ..." if len(self.found) > 5 else "")
+            log.info("input discovery: left out %d shardprep output director%s (never inputs): %s",
+                     len(self.found), "y" if len(self.found) == 1 else "ies", named)
+
+
 def _is_within(path: str, ancestor: str) -> bool:
     """``path`` is ``ancestor`` or below it (both real, absolute paths)."""
     return path == ancestor or path.startswith(ancestor.rstrip(os.sep) + os.sep)
@@ -128,14 +180,20 @@ def _walked_anyway(real: str, top_real: str) -> bool:
     return not any(part.startswith(".") for part in Path(os.path.relpath(real, top_real)).parts)
 
 
-def _walk(directory: str, links: LinkReport) -> Iterable[tuple[str, bool]]:
+def _walk(directory: str, links: LinkReport, outputs: OutputDirs) -> Iterable[tuple[str, bool]]:
     """(path, explicit) for files under ``directory``; a saved dataset's data files count as explicit.
 
-    Follows links to directories once each by real path; loops and repeats are pruned into ``links``.
+    Follows links to directories once each by real path; loops and repeats are pruned into ``links``;
+    shardprep output directories are not entered (``outputs`` records them).
     """
     top_real = os.path.realpath(directory)
     visited = {top_real}
     for root, dirs, files in os.walk(directory, followlinks=True):
+        owner = outputs.owner_of_dir(os.path.abspath(root))
+        if owner is not None:            # a shardprep output, never an input
+            outputs.found.setdefault(owner)
+            dirs[:] = []
+            continue
         if arrow.is_saved_dataset(root):
             dirs[:] = []
             yield from ((p, True) for p in arrow.saved_dataset_files(root))
@@ -173,7 +231,7 @@ def _loop_link(path: str) -> tuple[str, str] | None:
     return None
 
 
-def _expand_one(spec: str, links: LinkReport) -> list[tuple[str, bool]]:
+def _expand_one(spec: str, links: LinkReport, outputs: OutputDirs) -> list[tuple[str, bool]]:
     """(path, explicit) pairs; explicit paths must be known input types, walked ones may be skipped."""
     if spec.startswith("@"):
         list_file = spec[1:]
@@ -189,14 +247,14 @@ def _expand_one(spec: str, links: LinkReport) -> list[tuple[str, bool]]:
                 p = line if os.path.isabs(line) else os.path.join(base, line)
                 if not os.path.exists(p):
                     raise InputDataError(f"{list_file}:{n}: listed input {line} does not exist")
-                out.extend(_expand_one(p, links))
+                out.extend(_expand_one(p, links, outputs))
         return out
     if os.path.isdir(spec):
         splits = arrow.saved_dataset_splits(spec)
         if splits is not None:
             raise InputDataError(f"input {spec} is a DatasetDict saved with save_to_disk (splits: {', '.join(splits)})",
                                  hint=f"pass one split's directory, e.g. {os.path.join(spec, splits[0] if splits else 'train')}")
-        return list(_walk(spec, links))
+        return list(_walk(spec, links, outputs))
     if any(ch in spec for ch in "*?["):
         matches = sorted(glob.glob(spec, recursive=True))
         if not matches:
@@ -222,10 +280,13 @@ def discover_inputs(specs: Iterable[str], *, strict: bool = False) -> list[Input
     """
     seen: dict[str, InputFile] = {}   # real path -> input (under its smallest path)
     links = LinkReport()
+    outputs = OutputDirs()
     ignored = 0
     specs = list(specs)
     for spec in specs:
-        for path, explicit in _expand_one(str(spec), links):
+        for path, explicit in _expand_one(str(spec), links, outputs):
+            if outputs.owner(path) is not None:
+                continue
             kind = classify(path)
             if kind is not None and kind[0] == "arrow" and not explicit:
                 kind = None  # loose .arrow files in a walk are usually caches, not data
@@ -249,6 +310,7 @@ def discover_inputs(specs: Iterable[str], *, strict: bool = False) -> list[Input
                 seen[real] = first
                 links.duplicates[second.path] = first.path
     links.warn(strict)
+    outputs.log()
     if ignored:
         log.info("ignored %d file(s) of unknown type under the input directories", ignored)
     if not seen:

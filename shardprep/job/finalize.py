@@ -10,6 +10,7 @@ import logging
 from pathlib import Path
 
 from shardprep.errors import IncompleteError, InputDataError
+from shardprep.job.plan_files import check_task_count
 from shardprep.job.schema import CREATED_BY, Job
 from shardprep.shard.index import Index, IndexShard, IndexTokenizer, IndexTotals
 from shardprep.storage.lock import output_lock
@@ -25,6 +26,7 @@ LOCK_WAIT_S = 60.0
 def build_index(output: Path) -> Index:
     """The index.json record for a complete job; IncompleteError naming the missing tasks otherwise."""
     job = load_job(output)
+    check_task_count(output, job)       # publish every planned shard, not the count job.json claims
     state = job_state(output, job)
     if not state.complete:
         examples = "; ".join(f"task {t}: {why}" for t, why in list(state.problems.items())[:5])

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Callable
 import orjson
 
 from shardprep.inputs.readers import WorkItem
+from shardprep.records import json_path
 from shardprep.shard.format import FORMAT_VERSION
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -47,6 +48,16 @@ def _json_items(objs: list) -> bytes:
     return orjson.dumps(objs)[1:-1]
 
 
+def _json_inputs(inputs: list) -> bytes:
+    """The input records of a batch; a path that is not valid UTF-8 as its exact record (``records.json_path``),
+    converted only when orjson refused the batch (every ordinary batch costs nothing more)."""
+    dicts = [_sorted_dict(i) for i in inputs]
+    try:
+        return _json_items(dicts)
+    except TypeError:
+        return _json_items([{**d, "path": json_path(d["path"])} for d in dicts])
+
+
 class Fingerprint:
     """sha256 of the canonical plan body, fed a batch of tasks at a time.
 
@@ -61,7 +72,7 @@ class Fingerprint:
         inputs, paths = hashlib.sha256(), hashlib.sha256()
         for k in range(0, len(plan.inputs), BATCH):
             chunk = plan.inputs[k:k + BATCH]
-            piece = (b"," if k else b"") + _json_items([_sorted_dict(i) for i in chunk])
+            piece = (b"," if k else b"") + _json_inputs(chunk)
             self._h.update(piece)
             inputs.update(piece)
             paths.update("".join(i.path + "\n" for i in chunk).encode("utf-8", "surrogateescape"))

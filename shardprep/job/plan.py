@@ -27,15 +27,16 @@ import orjson
 from shardprep.job.options import PlanOptions, TokenizeOptions
 from shardprep.errors import InputDataError, PlanConflictError, RecordError
 from shardprep.storage.atomic import atomic_writer, fsync_dir, temp_name_for, write_json_atomic
-from shardprep.inputs.discover import InputFile
+from shardprep.inputs.discover import InputFile, is_shardprep_plan
 from shardprep.inputs.readers import WorkItem
 from shardprep.job.cutting import iter_tasks
 from shardprep.job.fingerprint import BATCH, Fingerprint
 from shardprep.job.plan_files import TaskTable, TaskTableWriter
 from shardprep.job.schema import Job, PlanFiles, PlanSummary, TaskItem
 from shardprep.job.sizing import Sizing
+from shardprep.records import is_json_text
 from shardprep.shard.format import (INDEX_FILE, JOB_FILE, PLAN_DIR, PLAN_RECORDS_FILE,
-                                    PLAN_TABLE_FILE, TOKENIZER_FILE)
+                                    PLAN_TABLE_FILE, REPAIR_DIR, TOKENIZER_FILE)
 from shardprep.tokenizer.load import ResolvedTokenizer
 
 log = logging.getLogger(__name__)
@@ -67,7 +68,10 @@ def _common_root(inputs: list[InputFile]) -> str:
     if not inputs:
         return "/"
     common = os.path.commonprefix([min(i.path for i in inputs), max(i.path for i in inputs)])
-    return common[:common.rfind("/")] or "/"
+    root = common[:common.rfind("/")] or "/"
+    while not is_json_text(root):       # job.json holds it as text: stop above a name that is not UTF-8
+        root = os.path.dirname(root)
+    return root
 
 
 def _write_records(plan: Plan, staging: Path, lustre: dict | None) -> Job:
@@ -90,7 +94,7 @@ def _write_records(plan: Plan, staging: Path, lustre: dict | None) -> Job:
     files = PlanFiles(PLAN_RECORDS_FILE, PLAN_TABLE_FILE, root, table_sha256, fingerprint.inputs_sha256,
                       fingerprint.paths_sha256)
     return Job(fingerprint.hexdigest(), summary, plan.tokenizer.info, plan.options, plan.plan_options, files, lustre,
-               sizing=plan.sizing, backend_check=plan.backend_check)
+               sizing=plan.sizing, backend_check=plan.backend_check).sealed()
 
 
 def _changed_inputs(output: Path, old: Job, plan: Plan) -> list[str]:
@@ -162,9 +166,7 @@ def _require_shardprep_plan(job_path: Path) -> None:
         return
     except orjson.JSONDecodeError:
         old = None
-    ours = isinstance(old, dict) and (str(old.get("created_by", "")).startswith("shardprep")
-                                      or {"fingerprint", "inputs", "tasks"} <= old.keys())
-    if not ours:
+    if not is_shardprep_plan(old):
         raise PlanConflictError(f"{job_path} is not a shardprep plan: --overwrite deletes only files shardprep "
                                 "wrote, and will not delete it",
                                 hint="move or remove it yourself, or use a new --output")
@@ -189,8 +191,8 @@ def _sort_output(output: Path) -> tuple[list[Path], list[Path], list[str]]:
                 if entry.is_dir(follow_symlinks=False):
                     if rel in OWNED_DIRS:
                         pending.append(rel + "/")
-                    elif (m := _TEMP.fullmatch(rel)) and m.group("dir") + m.group("name") == PLAN_DIR:
-                        staging.append(output / rel)      # .plan.<host>.<pid>.tmp/ (write_plan)
+                    elif (m := _TEMP.fullmatch(rel)) and m.group("dir") + m.group("name") in (PLAN_DIR, REPAIR_DIR):
+                        staging.append(output / rel)      # .plan.<host>.<pid>.tmp/ (write_plan), .repair...
                     else:
                         kept.append(rel + "/")
                 elif written_by_shardprep(rel):

@@ -30,7 +30,7 @@ from typing import Iterator
 
 from shardprep.errors import RecordError
 from shardprep.job.schema import Job, Task, TaskItem, decode_task, encode_task
-from shardprep.shard.format import PLAN_RECORDS_FILE, PLAN_TABLE_FILE
+from shardprep.shard.format import JOB_FILE, PLAN_RECORDS_FILE, PLAN_TABLE_FILE
 
 RECORDS_FILE = Path(PLAN_RECORDS_FILE).name
 TABLE_FILE = Path(PLAN_TABLE_FILE).name
@@ -122,12 +122,16 @@ class TaskTable:
     def _read_summary(self) -> tuple[int, int, int, bytes]:
         header = self._pread(self._table, _HEADER.size, 0, self.table_path)
         magic, n, block, _ = _HEADER.unpack(header)
-        if magic != MAGIC or n != self.job.n_tasks or block < 1:
+        if magic != MAGIC or block < 1:
             raise self._fail(f"{self.table_path}: header")
         n_blocks = -(-n // block)
         tail = self._pread(self._table, 8 + 32 * n_blocks, _HEADER.size + _ENTRY * n, self.table_path)
         if hashlib.sha256(header + tail).hexdigest() != self.job.plan.table_sha256:
             raise self._fail(f"{self.table_path}: table digest")
+        if n != self.job.n_tasks:   # the table is the plan's (chained): job.json's count was edited
+            raise RecordError(f"{self.table_path.parent.parent / JOB_FILE}: field 'summary.tasks' is "
+                              f"{self.job.n_tasks} but the plan ({self.table_path}) holds {n} tasks: job.json "
+                              f"was edited after planning", hint="re-plan into a new output directory")
         return n, block, struct.unpack_from("<Q", tail)[0], tail[8:]
 
     def _block(self, b: int) -> bytes:
@@ -172,6 +176,14 @@ class TaskTable:
             for i in range(len(entries) // _ENTRY):
                 t = b * self.block + i
                 yield self._decode(t, *self._span(t, i, entries))
+
+
+def check_task_count(output: Path, job: Job) -> None:
+    """job.json's task count is the plan's (``plan/tasks.idx``, chained from job.json by digest): what
+    ``finalize`` checks before it publishes ``summary.tasks`` shards, also for plans without a seal.
+    Reads 32 bytes per 1024 tasks; the records are not read."""
+    with TaskTable(output, job):
+        pass
 
 
 def read_task(output: Path, job: Job, t: int) -> Task:

@@ -9,12 +9,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
-from shardprep.errors import ConfigError, RecordError
+from shardprep.errors import ConfigError, RecordError, TokenizerError
 from shardprep.job.schema import Job
 from shardprep.shard.sidecar import Sidecar
 from shardprep.shard.sidecar import SidecarSummary
 from shardprep.records import read_record
-from shardprep.shard.format import JOB_FILE, shard_name, sidecar_name
+from shardprep.shard.format import JOB_FILE, TOKENIZER_FILE, shard_name, sidecar_name
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +26,21 @@ def load_job(output: Path) -> Job:
         return read_record(Path(output) / JOB_FILE, Job.parse, hint="run `shardprep plan` or `submit` first")
     except NotADirectoryError:
         raise ConfigError(f"output directory {output} is a file, not a directory") from None
+
+
+def read_frozen_tokenizer(output: Path, job: Job) -> str:
+    """``<output>/tokenizer.json`` as planned: a missing or unreadable file, or one changed since planning,
+    is one TokenizerError naming it (exit 6), whoever reads it (a task, ``submit --resume``)."""
+    from shardprep.tokenizer.load import check_frozen_tokenizer
+
+    path = Path(output) / TOKENIZER_FILE
+    try:
+        tok_json = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise TokenizerError(f"{path} is not readable: {e.strerror}: the plan's frozen tokenizer is gone",
+                             hint="restore it, or re-plan into a new output directory") from None
+    check_frozen_tokenizer(tok_json, job.tokenizer.to_dict(), path)
+    return tok_json
 
 
 def check_task(output: Path, job: Job, task: int, *,

@@ -22,19 +22,19 @@ from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 from shardprep.job.options import TokenizeOptions
-from shardprep.errors import InputDataError, Preempted, TokenizerError
+from shardprep.errors import InputDataError, Preempted
 from shardprep.storage.atomic import remove_stale_temps, write_json_atomic
 from shardprep.inputs.planned import changed_since_planned
 from shardprep.inputs.readers import SkipLog, iter_documents
 from shardprep.job.plan_files import read_task
 from shardprep.job.schema import CREATED_BY, Job, Task, TaskItem
 from shardprep.shard.sidecar import Sidecar
-from shardprep.job.state import check_task, load_job
+from shardprep.job.state import check_task, load_job, read_frozen_tokenizer
+from shardprep.records import FS_BYTES
 from shardprep.job.resources import peak_rss_bytes, set_tokenizer_threads, usable_cpus
-from shardprep.shard.format import FORMAT_VERSION, LOG_DIR, TOKENIZER_FILE, shard_name, sidecar_name
+from shardprep.shard.format import FORMAT_VERSION, LOG_DIR, shard_name, sidecar_name
 from shardprep.shard.writer import ShardResult, ShardWriter
 from shardprep.tokenizer.backend import Backend, add_boundary_tokens, select_backend
-from shardprep.tokenizer.load import check_frozen_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +123,8 @@ def _task_log(output: Path, task: int) -> Iterator[None]:
     The file is opened before the task writes anything: its existence tells later attempts that an
     earlier one may have left temporary files (see ``_remove_stale``)."""
     (output / LOG_DIR).mkdir(exist_ok=True)
-    handler = logging.FileHandler(_log_path(output, task))
+    # a file name that is not UTF-8 (issue 23) is logged with \xNN escapes, not as a logging error
+    handler = logging.FileHandler(_log_path(output, task), encoding="utf-8", errors=FS_BYTES)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logger = logging.getLogger("shardprep")
     previous = logger.level
@@ -205,12 +206,7 @@ def _load(output: Path, job: Job, task: int, threads: int | None) -> _Context:
     work = read_task(output, job, task)
     log.info("task %d: %s", task, ", ".join(i.describe() for i in work.items))
     _check_inputs_unchanged(work)
-    path = output / TOKENIZER_FILE
-    try:
-        tok_json = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise TokenizerError(f"{path} is not readable: {e.strerror}") from None
-    check_frozen_tokenizer(tok_json, job.tokenizer.to_dict(), path)
+    tok_json = read_frozen_tokenizer(output, job)
     n_threads = threads or usable_cpus()
     set_tokenizer_threads(n_threads)
     return _Context(output, job, work, tok_json, n_threads, started)

@@ -75,7 +75,7 @@ def _check_samples(path: Path, table: ChunkTable, vocab_size: int, problems: lis
     return docs, tokens
 
 
-def _read_index(output: Path) -> Index:
+def read_output_index(output: Path) -> Index:
     """``output/index.json``; a torn or foreign index is one IncompleteError naming the file and the field
     (exit 5: the output does not verify), never a traceback."""
     if output.exists() and not output.is_dir():
@@ -97,7 +97,7 @@ def verify(output: Path, *, workers: int = 4) -> list[ShardCheck]:
     if not isinstance(workers, int) or workers < 1:
         raise ConfigError(f"--workers {workers!r} is invalid: must be at least 1")
     output = Path(output)
-    index = _read_index(output)
+    index = read_output_index(output)
     vocab = index.tokenizer.vocab_size
     with ThreadPoolExecutor(max_workers=workers) as pool:
         checks = list(pool.map(lambda e: check_shard(output, e, vocab), index.shards))

@@ -64,6 +64,16 @@ def permute_documents(tokens: np.ndarray, lens: np.ndarray, order: np.ndarray) -
     return tokens[shift], new_starts
 
 
+def check_token_ids(tokens: np.ndarray, vocab_size: int | None, where: str, key: str, chunk: int | None = None) -> None:
+    """Refuse ids the tokenizer cannot have produced (a flipped byte in a shard read without
+    ``verify=True``): one ``max`` per decoded sample, about 1% of decoding it.  ``vocab_size`` None: not
+    known (legacy tars), nothing checked.  The loader and ``shardprep.wds`` both check with this."""
+    if vocab_size is not None and tokens.size and int(tokens.max()) >= vocab_size:
+        where_in = f"sample {key}" + ("" if chunk is None else f" (chunk {chunk})")
+        raise InputDataError(f"corrupt shard {where}: {where_in} holds token id {int(tokens.max())} >= vocab size "
+                             f"{vocab_size}", hint="run `shardprep verify` and re-run the task that wrote it")
+
+
 class ChunkReader:
     """Reads chunks of ``index`` for epoch ``(seed, epoch)``; caches tables, open shards and chunks."""
 
@@ -143,12 +153,7 @@ class ChunkReader:
         return DecodedChunk(tokens, starts, order, packed=self.packed)
 
     def _check_ids(self, tokens: np.ndarray, where: str, key: str, chunk: int) -> None:
-        """Refuse ids the tokenizer cannot have produced (a flipped byte in a shard read without
-        ``verify=True``): one ``max`` per decoded chunk, about 1% of decoding it."""
-        if self._vocab_size is not None and tokens.size and int(tokens.max()) >= self._vocab_size:
-            raise InputDataError(f"corrupt shard {where}: sample {key} (chunk {chunk}) holds token id "
-                                 f"{int(tokens.max())} >= vocab size {self._vocab_size}",
-                                 hint="run `shardprep verify` and re-run the task that wrote it")
+        check_token_ids(tokens, self._vocab_size, where, key, chunk)
 
     def close(self) -> None:
         for src in self._sources.values():

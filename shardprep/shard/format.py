@@ -8,6 +8,7 @@ FORMAT_VERSION = 1          # shards, sidecars, index.json (and the plan fingerp
 PLAN_FORMAT_VERSION = 2     # job.json + plan/: 2 = per-task records in plan/ (issue 16); 1 had them inline
 JOB_FILE = "job.json"
 PLAN_DIR = "plan"
+REPAIR_DIR = "repair"      # `repair` rebuilds shards in .repair.<host>.<pid>.tmp/ (job.repair)
 PLAN_RECORDS_FILE = "plan/tasks.jsonl"
 PLAN_TABLE_FILE = "plan/tasks.idx"
 INDEX_FILE = "index.json"

@@ -13,7 +13,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
-from shardprep.records import Fields, load_json
+from shardprep.records import Fields, load_json, printable
 from shardprep.shard.format import DTYPES, LAYOUTS
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -177,10 +177,11 @@ class Sidecar:
             "tokenizer_fingerprint": self.tokenizer_fingerprint, "layout": self.layout, "dtype": self.dtype,
             "bytes": self.bytes, "sha256": self.sha256, "samples": self.samples, "documents": self.documents,
             "tokens": self.tokens, "chunks": self.chunks.to_dict(), "skipped": self.skipped,
-            "skipped_examples": list(self.skipped_examples),
-            **({"warnings": list(self.warnings)} if self.warnings else {}),
-            "inputs": [{"path": i.path, "start": i.start, "end": i.end, "unit": i.unit, "first_line": i.first_line}
-                       for i in self.inputs],
+            "skipped_examples": [{k: printable(v) if type(v) is str else v for k, v in e.items()}
+                                 for e in self.skipped_examples],
+            **({"warnings": [printable(w) for w in self.warnings]} if self.warnings else {}),
+            "inputs": [{"path": printable(i.path), "start": i.start, "end": i.end, "unit": i.unit,
+                        "first_line": i.first_line} for i in self.inputs],
             "backend": self.backend, "stats": self.stats,
         }
 

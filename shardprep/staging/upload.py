@@ -11,6 +11,9 @@ multipart ETag recomputed with the object's part size) passes against the local 
 Ordering: ``index.json`` files go last, after every other upload succeeded, so a reader that finds an
 index never finds it pointing at missing shards.  If anything else failed the index is not uploaded.
 
+Another dataset at the prefix (``staging.published``): refused, or with ``replace`` its index.json is
+deleted before anything is uploaded and its leftover files after the new index.json is up.
+
 What was sent is what was meant: before a shard goes up its bytes are hashed and compared with the
 sha256 its sidecar recorded (a shard modified or corrupted since its task wrote it is not uploaded), and
 every file's identity (inode, size, mtime, ctime) is taken before its upload and compared after it.  A file
@@ -27,10 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from shardprep.errors import ConfigError, InputDataError, RecordError
+from shardprep.errors import ConfigError, InputDataError, RecordError, TransferError
 from shardprep.shard.format import SHARD_RE
 from shardprep.storage.atomic import sha256_file
 from shardprep.staging.manifest import RemoteObject, list_prefix, matches_filters
+from shardprep.staging.published import Published, inspect_prefix, refuse_or_announce
 from shardprep.storage.s3 import (DEFAULT_PART_SIZE, ClientOptions, check_transfer_settings,
                                         describe_client_error, make_client, parse_s3_url, transfer_error)
 from shardprep.staging.summary import TransferSummary, progress_bar
@@ -54,6 +58,7 @@ class UploadOptions:
     checksum_algorithm: str = "CRC32"
     progress: bool | None = None
     client: ClientOptions = field(default_factory=ClientOptions)
+    replace: bool = False         # another dataset at the prefix: replace it (staging.published) instead of refusing
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "source", Path(self.source))
@@ -75,6 +80,7 @@ class UploadPlan:
     bucket: str
     todo: list[UploadItem]
     skipped: list[UploadItem]
+    published: Published = field(default_factory=Published)   # what --replace deletes (first, last)
 
     @property
     def todo_bytes(self) -> int:
@@ -195,9 +201,14 @@ def plan_upload(options: UploadOptions, client: Any) -> UploadPlan:
 
     with ThreadPoolExecutor(options.concurrency) as pool:
         same = list(pool.map(decide, items))
+    identical = {rel: s for (_, rel), s in zip(files, same)}
+    published = inspect_prefix(client, loc.bucket, loc.prefix, remote, {rel: p for p, rel in files},
+                               identical.__getitem__, options.include, options.exclude)
+    refuse_or_announce(published, loc.url, replace=options.replace)
     return UploadPlan(loc.bucket,
                       todo=[i for i, s in zip(items, same) if not s],
-                      skipped=[i for i, s in zip(items, same) if s])
+                      skipped=[i for i, s in zip(items, same) if s],
+                      published=published if options.replace else Published())
 
 
 def upload_directory(options: UploadOptions, *, client: Any = None) -> TransferSummary:
@@ -227,6 +238,10 @@ def run_upload(options: UploadOptions, client: Any, plan: UploadPlan) -> Transfe
     extra = {"ChecksumAlgorithm": options.checksum_algorithm}
     first = [i for i in plan.todo if Path(i.key).name not in LAST_NAMES]
     last = [i for i in plan.todo if Path(i.key).name in LAST_NAMES]
+    if plan.published.index_key:        # --replace: the old index goes before any of its shards is overwritten
+        reason = _delete_or_reason(client, plan.bucket, plan.published.index_key)
+        if reason:
+            raise TransferError(f"s3://{plan.bucket}/{plan.published.index_key}: {reason}: nothing was uploaded")
     tm = create_transfer_manager(client, config)
     try:
         with ThreadPoolExecutor(options.concurrency) as checks:
@@ -242,6 +257,11 @@ def run_upload(options: UploadOptions, client: Any, plan: UploadPlan) -> Transfe
     finally:
         tm.shutdown()
         bar.close()
+    if not summary.failed:              # --replace: the old dataset's leftovers, once the new index is up
+        for key in plan.published.leftovers:
+            reason = _delete_or_reason(client, plan.bucket, key)
+            if reason:
+                summary.add_failed(key, f"leftover of the replaced dataset: {reason}")
     return summary.finish()
 
 
@@ -286,10 +306,18 @@ def _upload_batch(batch: list[UploadItem], checks: ThreadPoolExecutor, summary: 
         summary.add_failed(item.key, reason)
 
 
-def _delete_quietly(client: Any, bucket: str, key: str) -> str:
-    """Delete an object that must not stay published; say what happened (for the failure message)."""
+def _delete_or_reason(client: Any, bucket: str, key: str) -> str | None:
+    """Delete one object; None when done, else why not (for a failure message)."""
     try:
         client.delete_object(Bucket=bucket, Key=key)
-    except Exception as e:  # reported, not raised: the upload already failed
-        return f"and deleting it failed ({describe_client_error(e, what='delete')}): delete it by hand"
+    except Exception as e:  # reported by the caller
+        return describe_client_error(e, what="delete")
+    return None
+
+
+def _delete_quietly(client: Any, bucket: str, key: str) -> str:
+    """Delete an object that must not stay published; say what happened (for the failure message)."""
+    reason = _delete_or_reason(client, bucket, key)
+    if reason:  # reported, not raised: the upload already failed
+        return f"and deleting it failed ({reason}): delete it by hand"
     return "so it was deleted again; re-run the upload once the file is final"

@@ -99,11 +99,13 @@ class HashingWriter:
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
 
-def no_space_error(target: Path, exc: BaseException) -> Exception | None:
+def no_space_error(target: Path, exc: BaseException, *,
+                   cleanup: str = "the temporary file was removed") -> Exception | None:
     """A one-line ``DiskFull`` (exit 8) for an ENOSPC/EDQUOT ``exc`` while writing ``target``, else None.
 
     Names the file and what the file system has left (statvfs), because a bare ``OSError 28`` says
-    neither which of many outputs failed nor whether the disk is really full or a quota was hit.
+    neither which of many outputs failed nor whether the disk is really full or a quota was hit;
+    ``cleanup`` says what the caller removed.
     """
     if not isinstance(exc, OSError) or exc.errno not in _NO_SPACE:
         return None
@@ -115,7 +117,7 @@ def no_space_error(target: Path, exc: BaseException) -> Exception | None:
         free = f"{st.f_bavail * st.f_frsize:,} bytes free of {st.f_blocks * st.f_frsize:,}"
     except OSError:
         free = "free space unknown"
-    return DiskFull(f"{what} writing {target} ({free} on its file system); the temporary file was removed",
+    return DiskFull(f"{what} writing {target} ({free} on its file system); {cleanup}",
                     hint="free space or write to another file system, then re-run the same command")
 
 

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Iterator
 
 from shardprep.errors import ConfigError, EnvironmentProblem, OutputInUseError
+from shardprep.storage.atomic import no_space_error
 
 log = logging.getLogger(__name__)
 
@@ -205,8 +206,14 @@ def _try_flock(path: Path, command: str | None) -> tuple[int | None, LockOwner |
         os.close(fd)          # a node without flock support holds it as an O_EXCL file: respect that
         return None, previous
     owner = LockOwner.for_this_process(command, "flock")
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, owner.to_bytes(), 0)
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, owner.to_bytes(), 0)
+    except OSError as e:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)                  # held: unlinked as a release does
+        os.close(fd)
+        raise _write_failed(path, e) from None
     return fd, None
 
 
@@ -230,8 +237,12 @@ def _try_exclusive(path: Path, command: str | None) -> tuple[LockOwner | None, L
         try:
             os.write(fd, owner.to_bytes())
             os.fsync(fd)
-        finally:
+        except OSError as e:
             os.close(fd)
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()                # ours (O_EXCL): an empty lock file must not stay behind
+            raise _write_failed(path, e) from None
+        os.close(fd)
         return owner, None
 
 
@@ -253,34 +264,45 @@ def _break_stale(path: Path, seen: bytes, why: str) -> None:
     log.warning("took over the stale lock %s: %s", path, why)
 
 
+def _write_failed(path: Path, e: OSError) -> Exception:
+    """The one-line error for a lock file that could not be created or written (a full disk, a quota, a
+    read-only directory); anything else stays a bug (the OSError itself)."""
+    full = no_space_error(path, e, cleanup="no lock file was left behind")
+    if full is not None:
+        return full
+    if e.errno in CANNOT_WRITE:
+        return EnvironmentProblem(f"cannot write in the output directory {path.parent}: {e.strerror}",
+                                  hint="choose a directory you can write to")
+    return e
+
+
 def _open(path: Path, flags: int) -> int:
     try:
         return os.open(path, flags | getattr(os, "O_CLOEXEC", 0), 0o644)
-    except OSError as e:
-        if e.errno in CANNOT_WRITE:
-            raise EnvironmentProblem(f"cannot write in the output directory {path.parent}: {e.strerror}",
-                                     hint="choose a directory you can write to") from None
+    except (FileExistsError, FileNotFoundError):
         raise
+    except OSError as e:
+        raise _write_failed(path, e) from None
 
 
-def _make_dir(directory: Path) -> bool:
+def make_dir(directory: Path, *, what: str = "output directory") -> bool:
     """Create ``directory`` (and parents); True when it did not exist.  One-line errors for a path that
-    is a file or cannot be created."""
+    is a file (exit 2) or cannot be created (exit 8: no permission, read-only, no space, or a parent that
+    cannot hold directories, such as ``/proc``); ``what`` names the directory in them."""
     if directory.exists():
         if not directory.is_dir():
-            raise ConfigError(f"output directory {directory} is a file, not a directory")
+            raise ConfigError(f"{what} {directory} is a file, not a directory")
         return False
     try:
         directory.mkdir(parents=True)
     except FileExistsError:
         return False
     except NotADirectoryError:
-        raise ConfigError(f"output directory {directory}: a parent of it is a file, not a directory") from None
+        raise ConfigError(f"{what} {directory}: a parent of it is a file, not a directory") from None
     except OSError as e:
-        if e.errno in CANNOT_WRITE:
-            raise EnvironmentProblem(f"cannot create the output directory {directory}: {e.strerror}",
-                                     hint="choose a directory you can write to") from None
-        raise
+        full = no_space_error(directory, e, cleanup="nothing was written")
+        raise full or EnvironmentProblem(f"cannot create the {what} {directory}: {e.strerror}",
+                                         hint="choose a directory you can write to") from None
     return True
 
 
@@ -313,7 +335,7 @@ def output_lock(directory: str | os.PathLike, *, command: str | None = None,
         finally:
             held.depth -= 1
         return
-    created = _make_dir(directory)
+    created = make_dir(directory)
     try:
         _HELD[key] = _acquire(directory, command, time.monotonic() + wait_s)
         try:

@@ -219,9 +219,11 @@ def _run_lfs(cmd: list[str]) -> str:
 
 
 def _make_dir(path: Path) -> None:
+    from shardprep.storage.lock import make_dir
+
     if path.exists() and not path.is_dir():
         raise ConfigError(f"{path} exists and is not a directory")
-    path.mkdir(parents=True, exist_ok=True)
+    make_dir(path, what="directory")
 
 
 def apply_layout(path: Path, layout: StripeLayout, *, lustre: bool) -> dict:

@@ -13,6 +13,8 @@ through ``plan/tasks.idx`` (``job.plan_files``).
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -25,7 +27,7 @@ from shardprep.inputs.discover import COMPRESSIONS, FORMATS, TABULAR, InputFile
 from shardprep.inputs.readers import WorkItem
 from shardprep.job.options import PlanOptions, TokenizeOptions
 from shardprep.job.sizing import RULES, Sizing
-from shardprep.records import Fields, load_json, record
+from shardprep.records import Fields, json_path, load_json, path_from_json, printable, record
 from shardprep.shard.sidecar import SidecarInput
 from shardprep.shard.format import PLAN_FORMAT_VERSION, PLAN_RECORDS_FILE, PLAN_TABLE_FILE
 from shardprep.tokenizer.load import TokenizerInfo
@@ -53,7 +55,7 @@ class TaskItem:
     def sidecar_input(self) -> SidecarInput:
         """The item as a sidecar's ``inputs`` entry: the path instead of the job's input number."""
         w = self.work
-        return SidecarInput(self.input.path, w.start, w.end, w.unit, w.first_line)
+        return SidecarInput(printable(self.input.path), w.start, w.end, w.unit, w.first_line)
 
     @property
     def nbytes(self) -> int:
@@ -112,7 +114,10 @@ def encode_task(items: Sequence[TaskItem], root: str) -> bytes:
         while len(row) > 5 and _is_default(row[-1], _TAIL_DEFAULTS[len(row) - 6]):
             row.pop()
         rows.append(row)
-    return orjson.dumps(rows) + b"\n"
+    try:
+        return orjson.dumps(rows) + b"\n"
+    except TypeError:       # a path that is not valid UTF-8: its exact record (records.json_path)
+        return orjson.dumps([[r[0], json_path(str(r[1])), *r[2:]] for r in rows]) + b"\n"
 
 
 def decode_task(line: bytes, index: int, root: str, where: str | Path) -> Task:
@@ -130,6 +135,7 @@ def decode_task(line: bytes, index: int, root: str, where: str | Path) -> Task:
         if not isinstance(row, list) or not 5 <= len(row) <= len(_ITEM_KEYS):
             raise RecordError(f"{where}: {name}: expected a list of 5 to {len(_ITEM_KEYS)} values")
         d = dict(zip(_ITEM_KEYS, row + list(_TAIL_DEFAULTS[len(row) - 5:])))
+        d["path"] = path_from_json(d["path"])
         f = Fields(d, str(where), name)
         f.str("format", choices=_FORMATS)
         f.str("compression", optional=True, choices=_COMPRESSIONS)
@@ -168,6 +174,40 @@ def _sizing(f: Fields) -> Sizing:
     return record(Sizing, f)
 
 
+# -- the seal: job.json's header, tamper-evident ----------------------------------------------------------
+# The fingerprint covers inputs, tasks, tokenizer and options, but it is computed while planning and never
+# again (issue 16: a task must not re-read the whole plan), so an edited job.json header would be obeyed
+# under the unchanged fingerprint (issue 23).  The planner records a digest of each section that decides
+# what tasks write or what finalize publishes; every reader of job.json recomputes them (a few KB hashed,
+# whatever the job's size) and refuses a header that no longer matches, naming the sections.
+# Not sealed: ``created_by`` (the release string), ``lustre`` (what was done to the directory, for people)
+# and ``backend_check`` (library versions: a task trusts it only when they match its own, and still checks
+# its own first batch).
+SEALED = ("format_version", "fingerprint", "summary", "tokenizer", "options", "plan_options", "plan", "sizing")
+_SEAL_HEX = 16      # 64 bits of sha256 per section: an accidental edit is never missed
+
+
+def seal_of(header: dict[str, Any]) -> dict[str, str]:
+    """The digest of each sealed section present in ``header`` (canonical JSON: sorted keys, compact)."""
+    return {k: hashlib.sha256(orjson.dumps(header[k], option=orjson.OPT_SORT_KEYS)).hexdigest()[:_SEAL_HEX]
+            for k in SEALED if k in header}
+
+
+def _check_seal(f: Fields) -> dict[str, str] | None:
+    """job.json's ``seal`` when its sections still match it; None in plans written before it existed."""
+    if not f.has("seal"):
+        return None
+    seal = f.dict("seal")
+    now = seal_of(f.obj)
+    changed = [k for k in SEALED if seal.get(k) != now.get(k)]
+    if changed:
+        raise RecordError(f"{f.where}: {', '.join(repr(k) for k in changed)} changed since planning (no longer "
+                          f"what job.json's 'seal' records): a hand-edited plan is not obeyed",
+                          hint="job.json is written once, by `plan`/`submit`: re-plan with the options you want "
+                               "(a new --output, or --overwrite to start over)")
+    return {k: str(v) for k, v in seal.items()}
+
+
 @dataclass(frozen=True)
 class Job:
     """job.json: fingerprint, summary, tokenizer, options, and where the per-task records are."""
@@ -184,10 +224,15 @@ class Job:
     backend_check: dict[str, Any] | None = None
     format_version: int = PLAN_FORMAT_VERSION
     created_by: str = CREATED_BY
+    seal: dict[str, str] | None = None        # digests of the SEALED sections (None: planned before the seal)
 
     @property
     def n_tasks(self) -> int:
         return self.summary.tasks
+
+    def sealed(self) -> "Job":
+        """This header with its seal (what the planner writes)."""
+        return dataclasses.replace(self, seal=seal_of(dataclasses.replace(self, seal=None).to_dict()))
 
     def to_dict(self) -> dict[str, Any]:
         s, p = self.summary, self.plan
@@ -208,6 +253,8 @@ class Job:
             d["sizing"] = self.sizing.to_dict()
         if self.backend_check is not None:
             d["backend_check"] = self.backend_check
+        if self.seal is not None:
+            d["seal"] = self.seal
         return d
 
     @classmethod
@@ -217,7 +264,7 @@ class Job:
         p = f.obj_at("plan")
         p.str("records", choices=(PLAN_RECORDS_FILE,))
         p.str("table", choices=(PLAN_TABLE_FILE,))
-        return cls(
+        job = cls(
             fingerprint=f.str("fingerprint"),
             summary=record(PlanSummary, f.obj_at("summary")),
             tokenizer=record(TokenizerInfo, f.obj_at("tokenizer")),
@@ -230,3 +277,5 @@ class Job:
             format_version=version,
             created_by=f.str("created_by"),
         )
+        # after the fields: a malformed one is named exactly; a well-formed edit is caught here
+        return dataclasses.replace(job, seal=_check_seal(f))
