@@ -28,7 +28,7 @@ def _line_length(f: IO[bytes]) -> tuple[int, bool]:
             return n, blank
 
 
-def _aligned_boundary(path: str, offset: int, paragraph: bool) -> int:
+def aligned_boundary(path: str, offset: int, paragraph: bool) -> int:
     """First document boundary at or after ``offset``: the start of the next line (in paragraph mode,
     the line after the next blank line).  Reads only around the boundary, never the whole file."""
     if offset <= 0:
@@ -51,7 +51,7 @@ def _split_text(idx: int, inp: InputFile, parts: int, paragraph: bool) -> list[W
     step = inp.size / parts
     bounds = [0]
     for k in range(1, parts):
-        cut = _aligned_boundary(inp.path, max(round(k * step), bounds[-1] + round(step / 2)), paragraph)
+        cut = aligned_boundary(inp.path, max(round(k * step), bounds[-1] + round(step / 2)), paragraph)
         if cut >= inp.size:
             break
         bounds.append(cut)
