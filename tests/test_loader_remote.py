@@ -18,7 +18,8 @@ from loader_helpers import make_dataset
 from s3_server import FaultProxy
 
 from shardprep.errors import ConfigError, IncompleteError
-from shardprep.loader import ShardDataset, make_dataloader, sources
+from shardprep.loader import ShardDataset, make_dataloader
+from shardprep.storage import locations as sources
 
 pytestmark = pytest.mark.slow
 
@@ -128,7 +129,7 @@ def test_unknown_scheme_and_missing_package_are_one_line_errors():
         ShardDataset("nosuch://b/x", mode="doc")
     # as if the [remote] extra were not installed: a fresh interpreter in which gcsfs cannot be imported
     code = ("import sys; sys.modules['gcsfs'] = None\n"
-            "from shardprep.errors import EnvironmentProblem\nfrom shardprep.loader import sources\n"
+            "from shardprep.errors import EnvironmentProblem\nfrom shardprep.storage import locations as sources\n"
             "try:\n    sources.read_bytes('gs://bucket/shards/index.json')\n"
             "except EnvironmentProblem as e:\n    print(e)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
