@@ -5,7 +5,8 @@ One input file per task is right when files are large and wrong when they are sm
 loader and object store pays for again (shards under ~16 MiB are a known anti-pattern for streaming
 loaders).  So unless the user names a shape, the planner picks a target number of input bytes per task:
 
-    target = clamp(total input bytes / task slots, floor, 512 MiB)
+    tasks = task slots x ceil(total / slots / 512 MiB)   (or total / floor, when under the floor per slot)
+    target = total / tasks
 
 - *task slots*: how many tasks the executor can run at once (the local workers, the Slurm partition's
   CPUs / ``--cpus-per-task``, or ``--parallel-tasks``).  Dividing by them keeps every CPU busy without

@@ -26,12 +26,11 @@ from shardprep.storage.atomic import remove_stale_temps, write_json_atomic
 from shardprep.inputs.planned import changed_since_planned
 from shardprep.inputs.readers import SkipLog
 from shardprep.job.encode import Boundaries, ProgressFn, Sampler, encode_inline, task_batches
-from shardprep.job.parallel import encode_parallel
 from shardprep.job.plan_files import read_task
 from shardprep.job.schema import CREATED_BY, Job, Task, TaskItem
 from shardprep.shard.sidecar import Sidecar
 from shardprep.job.state import check_task, load_job
-from shardprep.job.resources import peak_rss_bytes, set_tokenizer_threads, usable_cpus
+from shardprep.job.resources import keep_freed_memory, peak_rss_bytes, set_tokenizer_threads, usable_cpus
 from shardprep.shard.format import FORMAT_VERSION, LOG_DIR, TOKENIZER_FILE, shard_name, sidecar_name
 from shardprep.shard.writer import ShardResult, ShardWriter
 from shardprep.tokenizer.backend import BACKENDS, Opened, backend_record, check_candidate, open_backend
@@ -197,6 +196,7 @@ def _load(output: Path, job: Job, task: int, threads: int | None) -> _Context:
     check_frozen_tokenizer(tok_json, job.tokenizer.to_dict(), path)
     n_threads = threads or usable_cpus()
     set_tokenizer_threads(n_threads)
+    keep_freed_memory()
     return _Context(output, job, work, tok_json, n_threads, started)
 
 
@@ -236,6 +236,8 @@ def _write_shard(ctx: _Context, opened: Opened, stop: StopFlag, progress: Progre
         skips = SkipLog(strict=opts.strict)
         sampler = Sampler() if opened.candidate else None
         if ctx.threads > 1 and opened.backend.name != "hf" and not opts.strict:
+            from shardprep.job.parallel import encode_parallel   # (multiprocessing: only tasks with several CPUs)
+
             encode_parallel(ctx.work.items, opts, opened.backend, bounds, writer, stop, ctx.work.index, counted,
                             sampler, skips, ctx.threads)
         else:
