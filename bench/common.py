@@ -145,6 +145,27 @@ def multilingual_corpus(path: Path, target_bytes: int, seed: int = 0) -> dict:
     return _write_unique_docs(path, target_bytes, make_doc, random.Random(seed + 1))
 
 
+def line_corpus(path: Path, target_bytes: int, seed: int = 0) -> dict:
+    """One short document per line (~280 bytes: consecutive sentences of the shared English corpus from a
+    random start), as plain text: the shape of issue 20's measurements.  Deterministic."""
+    pool = _english_sentences()
+    rng = random.Random(seed)
+    docs = written = 0
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "wb") as f:
+        while written < target_bytes:
+            want, start, parts, size = rng.randint(120, 440), rng.randrange(len(pool)), [], 0
+            while size < want:
+                parts.append(pool[(start + len(parts)) % len(pool)])
+                size += len(parts[-1]) + 1
+            line = " ".join(parts).encode("utf-8") + b"\n"
+            f.write(line)
+            docs += 1
+            written += len(line)
+    tmp.replace(path)
+    return {"documents": docs, "bytes": written}
+
+
 def ensure_corpus(workdir: Path, name: str, target_bytes: int) -> tuple[Path, dict]:
     """Build (or reuse) ``<workdir>/<name>-<MB>.jsonl``; generation is deterministic, so reuse is safe."""
     workdir.mkdir(parents=True, exist_ok=True)
@@ -164,6 +185,19 @@ def read_texts(path: Path) -> list[str]:
 
     with open(path, "rb") as f:
         return [orjson.loads(line)["text"] for line in f]
+
+
+def extract_base(base: str, work: Path) -> tuple[Path, str]:
+    """The ``shardprep`` package of ``base`` under ``work/before`` (``git archive``; the repository is
+    only read)."""
+    commit = subprocess.run(["git", "rev-parse", base], cwd=REPO, capture_output=True, text=True,
+                            check=True).stdout.strip()
+    target = work / f"before-{commit[:12]}"
+    if not (target / "shardprep").is_dir():
+        target.mkdir(parents=True, exist_ok=True)
+        archive = subprocess.run(["git", "archive", commit, "shardprep"], cwd=REPO, capture_output=True, check=True)
+        subprocess.run(["tar", "-x", "-C", str(target)], input=archive.stdout, check=True)
+    return target, commit
 
 
 # -- child processes --------------------------------------------------------------------------------

@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import GPT2, REPO, english_corpus, machine_info, markdown_table  # noqa: E402
+from common import GPT2, REPO, english_corpus, extract_base, machine_info, markdown_table  # noqa: E402
 
 SIZES = {"1 MB": 1 << 20, "45 KB": 45 * 1024}
 PIECES = Path(__file__).resolve().parent / "task_cost_pieces.py"
@@ -66,19 +66,6 @@ def run_child(cmd: list[str], checkout: Path, work: Path) -> tuple[float, float,
         raise RuntimeError(f"{' '.join(map(str, cmd))} exited {proc.returncode}:\n{proc.stderr.decode()[-2000:]}")
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return cpu, wall, proc.stdout.decode()
-
-
-def extract_base(base: str, work: Path) -> tuple[Path, str]:
-    """The ``shardprep`` package of ``base`` under ``work/before`` (``git archive``; the repository is
-    only read)."""
-    commit = subprocess.run(["git", "rev-parse", base], cwd=REPO, capture_output=True, text=True,
-                            check=True).stdout.strip()
-    target = work / f"before-{commit[:12]}"
-    if not (target / "shardprep").is_dir():
-        target.mkdir(parents=True, exist_ok=True)
-        archive = subprocess.run(["git", "archive", commit, "shardprep"], cwd=REPO, capture_output=True, check=True)
-        subprocess.run(["tar", "-x", "-C", str(target)], input=archive.stdout, check=True)
-    return target, commit
 
 
 def corpus(work: Path, size: int) -> Path:

@@ -240,12 +240,13 @@ def test_add_boundary_tokens_matches_per_document_reference():
 
 
 @pytest.mark.parametrize("block", [2, 3, 16])
-def test_block_reader_gives_same_documents_and_skips_at_any_block_size(tmp_path, monkeypatch, block):
+def test_block_reader_gives_same_documents_and_skips_at_any_block_size(tmp_path, block):
     """Lines crossing block boundaries, CR/LF, blank and over-long lines, and a byte range all read the
-    same with tiny blocks as with the default 1 MiB block."""
-    from shardprep.job.options import TokenizeOptions
+    same with tiny blocks as with the default 8 MiB block, on the fast path and line by line."""
     from shardprep.inputs import readers
+    from shardprep.inputs.batches import item_batches
     from shardprep.inputs.discover import discover_inputs
+    from shardprep.job.options import TokenizeOptions
 
     data = (b"first line\r\n\r\n  \t\nsecond \xe4\xb8\xad line\n" + b"y" * 40 + b"\nbad \xff utf8\n"
             b"third\r\r\n\n" + b"z" * 41 + b"\nlast line no newline\r")
@@ -254,9 +255,10 @@ def test_block_reader_gives_same_documents_and_skips_at_any_block_size(tmp_path,
     inp = discover_inputs([str(path)])[0]
     second = data.index(b"second")
 
-    def read(item, mode):
+    def read(item, mode, block=8 << 20, fast=True):
         skips = readers.SkipLog()
-        docs = list(readers.iter_documents(inp, item, TokenizeOptions(max_doc_bytes=40, txt_mode=mode), skips))
+        docs = [d for b in item_batches(inp, item, TokenizeOptions(max_doc_bytes=40, txt_mode=mode), skips,
+                                        block_bytes=block, fast=fast) for d in b.texts()]
         return docs, skips.counts, [(e["reason"], e["line"], e["byte"]) for e in skips.examples]
 
     items = [readers.WorkItem(0), readers.WorkItem(0, second, second + 60, "bytes", None)]
@@ -265,6 +267,6 @@ def test_block_reader_gives_same_documents_and_skips_at_any_block_size(tmp_path,
                                         "last line no newline\r"]
     assert expected[(0, "line")][1] == {**readers.SkipLog().counts, "too_long": 1, "empty": 3, "invalid_utf8": 1}
     assert expected[(1, "line")][0] == ["second 中 line", "y" * 40]
-    monkeypatch.setattr(readers, "_READ_BLOCK", block)
     for (i, m), want in expected.items():
-        assert read(items[i], m) == want, (block, i, m)
+        for fast in (True, False):
+            assert read(items[i], m, block, fast) == want, (block, i, m, fast)

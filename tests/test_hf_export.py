@@ -250,7 +250,7 @@ def test_parquet_directory_as_direct_input_by_row_ranges(tmp_path, sample_tokeni
        parts=st.integers(1, 9))
 def test_arrow_row_ranges_cover_every_row_once(tmp_path_factory, batches, parts):
     """Property: the arrow splitter's ranges are non-empty, in order, and cover every row exactly once."""
-    from shardprep.inputs.arrow import iter_column, split_rows
+    from shardprep.inputs.arrow import iter_column_slices, split_rows
 
     path = tmp_path_factory.mktemp("arrow") / "data.arrow"
     schema = pa.schema([("text", pa.string())])
@@ -264,4 +264,4 @@ def test_arrow_row_ranges_cover_every_row_once(tmp_path_factory, batches, parts)
     assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
     assert len(ranges) <= max(parts, 1)
     flat = [t for rows in batches for t in rows]
-    assert [v for s, e in ranges for _, v in iter_column(str(path), "text", s, e)] == flat
+    assert [v for s, e in ranges for _, col in iter_column_slices(str(path), "text", s, e) for v in col.to_pylist()] == flat

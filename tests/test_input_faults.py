@@ -115,7 +115,7 @@ def _stop_mid_read(proc: subprocess.Popen, path: Path, timeout: float = 120) -> 
 @pytest.mark.parametrize("name,change", [("in.txt", "append"), ("in.txt", "truncate"), ("in.txt.gz", "append")])
 def test_input_changed_while_its_task_reads_it_fails_the_task(tmp_path, sample_tokenizer, name, change):
     path = tmp_path / name
-    _write_big(path, 3)
+    _write_big(path, 12)     # the task reads (and prefetches) 1 MiB blocks: stopped long before the end
     out = tmp_path / "o"
     run_cli("plan", "--one-file-per-task", "-i", path, "-o", out, "-t", sample_tokenizer, "--backend", "hf")
     proc = subprocess.Popen([sys.executable, "-m", "shardprep", "run-task", str(out), "--task-id", "0", "--threads", "1"],

@@ -76,28 +76,55 @@ _sizes = st.lists(st.one_of(st.integers(1, 200 * MB), st.integers(1, 5_000_000_0
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(sizes=_sizes, slots=st.integers(1, 4096), ratio=st.one_of(st.none(), st.floats(0.1, 4.0)))
-def test_no_shard_under_16_mib_unless_the_dataset_is_smaller(monkeypatch, sizes, slots, ratio):
-    """(The patched splitter is the same for every example.)  With shard bytes = ratio x input bytes (the sampled ratio, or >= 0.25 when unknown), every task of
-    the default rule makes a shard >= 16 MiB, unless the whole dataset makes less; no task is under a
-    quarter of the target; the target is never above the cap unless the floor needs it."""
-    monkeypatch.setattr(cutting, "_split_text", _even_text_split)
-    inputs = [InputFile(f"/d/f{k:03d}.jsonl", s, 0, "jsonl", None) for k, s in enumerate(sizes)]
-    sizing = auto_sizing(inputs, slots, "test", ratio)
-    target = sizing.target_task_bytes
+@given(sizes=_sizes, slots=st.integers(1, 4096), ratio=st.one_of(st.none(), st.floats(0.1, 4.0)),
+       gz=st.lists(st.booleans(), max_size=60))
+def test_no_shard_under_16_mib_unless_the_dataset_is_smaller(monkeypatch, sizes, slots, ratio, gz):
+    """(Split points are computed, not read.)  With shard bytes = ratio x input bytes (the sampled ratio, or
+    >= 0.25 when unknown), every task of the default rule makes a shard >= 16 MiB, unless the whole
+    dataset makes less; no task is under half a step; the target is never above the cap unless the floor
+    needs it; and when every file can be cut, the tasks are exactly the count chosen: a whole number of
+    waves of the slots, or fewer tasks than slots when the floor says so."""
+    monkeypatch.setattr(cutting, "aligned_boundary", lambda path, offset, paragraph: offset)
+    inputs = [InputFile(f"/d/f{k:03d}.jsonl", s, 0, "jsonl", "gz" if k < len(gz) and gz[k] else None)
+              for k, s in enumerate(sizes)]
+    rule = auto_sizing(inputs, slots, "test", ratio)
+    target = rule.target_task_bytes
     assert target is not None and target <= max(MAX_TARGET, floor_bytes(ratio))
-    tasks = split_into_tasks(inputs, PlanOptions(target_task_bytes=target), TokenizeOptions())
-    r = ratio or 0.25
     total = sum(sizes)
+    n = sizing.balanced_tasks(rule, total)
+    assert n is not None
+    tasks = list(cutting.iter_balanced(inputs, n, TokenizeOptions()))
+    r = ratio or 0.25
     for task in tasks:
         nbytes = _task_bytes(task, inputs)
-        assert nbytes >= target / 4 or len(tasks) == 1
+        assert nbytes >= total / n / 2 - 1 or len(tasks) == 1
         if total * r >= MIN_SHARD_BYTES:
-            assert nbytes * r >= MIN_SHARD_BYTES, (nbytes, target, ratio)
-    # never fewer tasks than large files; and more tasks than slots only when the cap forced it
-    assert len(tasks) >= sum(1 for s in sizes if s > target)
-    if target < MAX_TARGET:
-        assert len(tasks) <= max(slots, 1) + sum(1 for s in sizes if s > target) + 1
+            assert nbytes * r >= MIN_SHARD_BYTES * 0.999, (nbytes, target, ratio)
+    assert len(tasks) <= n
+    if not any(i.compression for i in inputs):
+        assert len(tasks) == n
+        if total > slots * max(MAX_TARGET, floor_bytes(ratio)):
+            assert n % slots == 0                                   # full waves
+        elif total / slots > floor_bytes(ratio):
+            assert n == slots                                       # one full wave
+
+
+@settings(max_examples=40, deadline=None)
+@given(files=st.lists(_file, min_size=1, max_size=12), n=st.integers(1, 9))
+def test_balanced_tasks_plan_every_byte_exactly_once_in_order(tmp_path_factory, files, n):
+    d = tmp_path_factory.mktemp("bal")
+    for k, (lines, gz) in enumerate(files):
+        data = b"".join(b"w" * m + b"\n" for m in lines)
+        (d / f"f{k:02d}.txt{'.gz' if gz else ''}").write_bytes(gzip.compress(data, mtime=0) if gz else data)
+    inputs = discover_inputs([str(d)])
+    tasks = list(cutting.iter_balanced(inputs, n, TokenizeOptions()))
+    flat = [w for t in tasks for w in t]
+    assert len(tasks) <= n and all(tasks)
+    assert [w.input for w in flat] == sorted(w.input for w in flat)          # input order
+    for i, inp in enumerate(inputs):
+        ranges = [(w.start, inp.size if w.end is None else w.end) for w in flat if w.input == i]
+        assert ranges[0][0] == 0 and ranges[-1][1] == inp.size               # every byte, no gap or overlap
+        assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
 
 
 def test_the_rule_on_the_documented_shapes():
@@ -110,7 +137,10 @@ def test_the_rule_on_the_documented_shapes():
     big = [InputFile(f"/d/{k}.jsonl", 2 << 30, 0, "jsonl", None) for k in range(64)]
     assert auto_sizing(big, 2, "test", 0.5).target_task_bytes == MAX_TARGET        # capped: waves
     assert auto_sizing(big, 1024, "test", 0.5).target_task_bytes == 128 * MIB      # one task per slot
-    assert auto_sizing(big, 100_000, "test", 0.5).target_task_bytes == floor_bytes(0.5)
+    many = auto_sizing(big, 100_000, "test", 0.5)              # more slots than floor-sized tasks
+    assert floor_bytes(0.5) <= many.target_task_bytes < floor_bytes(0.5) * 1.01
+    waves = auto_sizing(big, 100, "test", 0.5)                 # 1.3 GiB per slot: 3 full waves of 100
+    assert sizing.balanced_tasks(waves, 64 * (2 << 30)) == 300 and "3 full waves" in waves.reason
     assert floor_bytes(None) == UNKNOWN_RATIO_FLOOR
     assert floor_bytes(0.05) == math.ceil(2 * MIN_SHARD_BYTES * 1.25 / 0.05 / MIB) * MIB   # sparse text: higher
 
@@ -186,4 +216,5 @@ def test_a_replan_keeps_the_auto_sizing_whatever_the_cluster_now_has(tmp_path, s
         plan_job([d], out, sample_tokenizer, plan_options=PlanOptions(target_task_bytes=1 << 20))
     _, fresh = plan_job([d], out, sample_tokenizer, plan_options=PlanOptions(), task_slots=(64, "test"),
                         overwrite=True)
-    assert fresh.sizing is not None and fresh.sizing.parallel_tasks == 64 and fresh.n_tasks == 6
+    # 6 MB over 64 slots with a 1 MiB floor: as many floor-sized tasks as the data holds
+    assert fresh.sizing is not None and fresh.sizing.parallel_tasks == 64 and fresh.n_tasks == 5

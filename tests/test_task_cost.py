@@ -106,19 +106,31 @@ def test_explicit_gigatoken_that_fails_the_check_still_fails(tmp_path):
     assert backend["name"] == "hf" and "hard cases checked at plan time" in backend["fallback_reason"]
 
 
-def test_per_document_and_batch_encoding_give_the_same_ids(gpt2_tokenizer):
+def test_flat_result_stand_in_gives_awkwards_ids_for_lists_and_buffers(gpt2_tokenizer):
+    """gigatoken's result taken through the awkward stand-in (no awkward import) equals the result built
+    by the real awkward, for a list of texts and for a newline-separated buffer of the same texts."""
+    import subprocess
+
+    from shardprep.inputs.fastpath import DocBatch
     from shardprep.tokenizer.backend import BACKENDS
-    from shardprep.tokenizer.gigatoken_backend import PER_DOCUMENT_BELOW
+    from shardprep.tokenizer.gigatoken_backend import _FlatResult
 
     tok_json = gpt2_tokenizer.read_text()
-    small = BACKENDS["gigatoken"](tok_json, False, 45 << 10)
-    large = BACKENDS["gigatoken"](tok_json, False, PER_DOCUMENT_BELOW)
-    assert small.per_document is True and large.per_document is False
-    texts = DOCS + ["x", " ", "a" * 5000]
-    (f1, l1), (f2, l2) = small.encode_batch(texts), large.encode_batch(texts)
-    assert f1.dtype == f2.dtype == np.uint32 and l1.dtype == l2.dtype == np.int64
-    assert np.array_equal(f1, f2) and np.array_equal(l1, l2)
-    assert small.encode_batch([])[0].size == 0
+    backend = BACKENDS["gigatoken"](tok_json, False)
+    texts = DOCS + ["x", " a", "a" * 5000]
+    assert _FlatResult.usable(backend.describe()["version"]), "the installed gigatoken is not the tested one"
+    flat, lengths = backend.encode_batch(texts)
+    buffer = DocBatch(len(texts), buffer="\n".join(texts).encode() + b"\n")
+    bflat, blengths = backend.encode(buffer)
+    assert flat.dtype == bflat.dtype == np.uint32 and lengths.dtype == blengths.dtype == np.int64
+    assert np.array_equal(flat, bflat) and np.array_equal(lengths, blengths)
+    assert backend.encode_batch([])[0].size == 0 and not _FlatResult.broken
+    code = ("import sys, json, awkward\nimport numpy as np\nfrom shardprep.tokenizer.backend import BACKENDS\n"
+            f"b = BACKENDS['gigatoken'](open({str(gpt2_tokenizer)!r}).read(), False)\n"
+            f"f, n = b.encode_batch(json.loads({json.dumps(json.dumps(texts))}))\n"
+            "print(json.dumps([f.tolist(), n.tolist()]))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert json.loads(proc.stdout) == [flat.tolist(), lengths.tolist()]      # through the real awkward
 
 
 # Modules a run-task never uses: importing them costs every array task start-up time (issue 12).

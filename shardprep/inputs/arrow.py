@@ -96,8 +96,8 @@ def count_rows(path: str) -> int:
     return sum(b.num_rows for b in _batches(path))
 
 
-def iter_column(path: str, column: str, start: int = 0, end: int | None = None) -> Iterator[tuple[int, Any]]:
-    """(row index, value) of ``column`` for rows ``[start, end)``, decoding one batch slice at a time."""
+def iter_column_slices(path: str, column: str, start: int = 0, end: int | None = None) -> Iterator[tuple[int, Any]]:
+    """(first row, pyarrow array) of ``column`` for rows ``[start, end)``, one record batch slice at a time."""
     row = 0
     for batch in _batches(path):
         if row == 0 and column not in batch.schema.names:
@@ -108,8 +108,7 @@ def iter_column(path: str, column: str, start: int = 0, end: int | None = None) 
             break
         lo, hi = max(start - row, 0), n if end is None else min(end - row, n)
         if lo < hi:
-            values = batch.column(column).slice(lo, hi - lo).to_pylist()
-            yield from enumerate(values, row + lo)
+            yield row + lo, batch.column(column).slice(lo, hi - lo)
         row += n
 
 

@@ -14,7 +14,7 @@ The warning goes to the task log (the Slurm task's output too), into the shard's
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from shardprep.inputs.discover import InputFile
@@ -41,20 +41,21 @@ def suspicion(documents: int, skipped: dict[str, int], nul_bytes: int) -> str | 
     return "; ".join(reasons) or None
 
 
-def watch(inp: "InputFile", item: "WorkItem", docs: Iterator[str], skips: "SkipLog") -> Iterator[str]:
-    """Pass ``docs`` through; once they are exhausted, warn (log and ``skips.warnings``) if the item looks
-    suspicious.  Counts only this item's share of ``skips``."""
-    before = {r: skips.counts[r] for r in TELLING}
-    nul_before = skips.nul_bytes
-    kept = 0
-    for doc in docs:
-        kept += 1
-        yield doc
-    why = suspicion(kept, {r: skips.counts[r] - before[r] for r in TELLING}, skips.nul_bytes - nul_before)
-    if why:
-        total = (inp.rows if inp.tabular else inp.size) or 0
-        whole = item.start == 0 and (item.end is None or item.end >= total)
-        where = inp.path if whole else f"{inp.path} [{item.start}:{item.end}]"
-        message = f"input {where} looks binary or mis-encoded: {why}"
-        log.warning("%s", message)
-        skips.warnings.append(message)
+class ItemWatch:
+    """One item's share of the skip counts, taken before its documents are read; :meth:`finish` warns
+    (log and ``skips.warnings``) when what the item kept and skipped looks suspicious."""
+
+    def __init__(self, skips: "SkipLog") -> None:
+        self.before = {r: skips.counts[r] for r in TELLING}
+        self.nul_before = skips.nul_bytes
+
+    def finish(self, inp: "InputFile", item: "WorkItem", kept: int, skips: "SkipLog") -> None:
+        why = suspicion(kept, {r: skips.counts[r] - self.before[r] for r in TELLING},
+                        skips.nul_bytes - self.nul_before)
+        if why:
+            total = (inp.rows if inp.tabular else inp.size) or 0
+            whole = item.start == 0 and (item.end is None or item.end >= total)
+            where = inp.path if whole else f"{inp.path} [{item.start}:{item.end}]"
+            message = f"input {where} looks binary or mis-encoded: {why}"
+            log.warning("%s", message)
+            skips.warnings.append(message)

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import io
 import os
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Iterator, TypeVar
 
 from shardprep.errors import InputDataError
 from shardprep.inputs.discover import InputFile
 
 if TYPE_CHECKING:  # pragma: no cover
     from _typeshed import WriteableBuffer
+
+T = TypeVar("T")
 
 
 def changed_since_planned(inp: InputFile, st: os.stat_result) -> str | None:
@@ -63,8 +65,8 @@ class PlannedSize(io.RawIOBase):
         super().close()
 
 
-def rows_then_check(inp: InputFile, docs: Iterator[str]) -> Iterator[str]:
-    """A tabular reader's documents, then the check that the file did not change while they were read."""
+def rows_then_check(inp: InputFile, docs: Iterator[T]) -> Iterator[T]:
+    """A tabular reader's batches, then the check that the file did not change while they were read."""
     yield from docs
     try:
         st = os.stat(inp.path)

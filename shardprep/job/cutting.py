@@ -1,9 +1,9 @@
 """Inputs -> tasks: which pieces of which input files each task reads (the planner's cutting rule).
 
-One file per task, or, with a target number of input bytes per task (``job.sizing`` chooses it by
-default), small files packed together and large files split on document boundaries.  Split points are
-found by reading only around each boundary, never a whole file, so planning 1 TB costs what planning
-1 MB does.
+One file per task; or, with ``--target-task-bytes``, small files packed together and large files split
+on document boundaries (``iter_tasks``); or, under the default rule (``job.sizing``), a number of tasks
+of equal bytes chosen so the executor's slots run full waves (``iter_balanced``).  Split points are found
+by reading only around each boundary, never a whole file, so planning 1 TB costs what planning 1 MB does.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def _line_length(f: IO[bytes]) -> tuple[int, bool]:
             return n, blank
 
 
-def _aligned_boundary(path: str, offset: int, paragraph: bool) -> int:
+def aligned_boundary(path: str, offset: int, paragraph: bool) -> int:
     """First document boundary at or after ``offset``: the start of the next line (in paragraph mode,
     the line after the next blank line).  Reads only around the boundary, never the whole file."""
     if offset <= 0:
@@ -51,7 +51,7 @@ def _split_text(idx: int, inp: InputFile, parts: int, paragraph: bool) -> list[W
     step = inp.size / parts
     bounds = [0]
     for k in range(1, parts):
-        cut = _aligned_boundary(inp.path, max(round(k * step), bounds[-1] + round(step / 2)), paragraph)
+        cut = aligned_boundary(inp.path, max(round(k * step), bounds[-1] + round(step / 2)), paragraph)
         if cut >= inp.size:
             break
         bounds.append(cut)
@@ -176,3 +176,78 @@ def iter_tasks(inputs: list[InputFile], popts: PlanOptions, opts: TokenizeOption
 def split_into_tasks(inputs: list[InputFile], popts: PlanOptions, opts: TokenizeOptions) -> list[list[WorkItem]]:
     """``iter_tasks`` as a list (for small plans and tests)."""
     return list(iter_tasks(inputs, popts, opts))
+
+
+# -- balanced: n tasks of equal bytes (the default rule) ----------------------------------------------------
+def _pieces_at(i: int, inp: InputFile, offsets: list[int], opts: TokenizeOptions) -> list[WorkItem]:
+    """``inp`` cut at the first document boundary at or after each of ``offsets`` (bytes into the file);
+    a tabular file into as many equal pieces; a compressed file stays whole."""
+    if not offsets:
+        return [_whole(i, inp)]
+    if inp.tabular:
+        return _split(i, inp, len(offsets) + 1, opts)
+    if not inp.splittable:
+        return [_whole(i, inp)]
+    paragraph = opts.txt_mode == "paragraph"
+    bounds = [0]
+    for off in offsets:
+        cut = aligned_boundary(inp.path, off, paragraph)
+        if bounds[-1] < cut < inp.size:
+            bounds.append(cut)
+    bounds.append(inp.size)
+    return [WorkItem(i, s, e, "bytes", 1 if s == 0 else None) for s, e in zip(bounds, bounds[1:]) if e > s]
+
+
+def _merge_small(tasks: list[list[tuple[WorkItem, int]]], step: float) -> list[list[tuple[WorkItem, int]]]:
+    """Join every task under half a step to its smaller neighbour (input order is kept)."""
+    def size(t: list[tuple[WorkItem, int]]) -> int:
+        return sum(n for _, n in t)
+
+    while len(tasks) > 1:
+        small = [k for k, t in enumerate(tasks) if size(t) < step / 2]
+        if not small:
+            break
+        k = min(small, key=lambda j: size(tasks[j]))
+        if k == 0 or (k + 1 < len(tasks) and size(tasks[k + 1]) < size(tasks[k - 1])):
+            tasks[k:k + 2] = [tasks[k] + tasks[k + 1]]
+        else:
+            tasks[k - 1:k + 1] = [tasks[k - 1] + tasks[k]]
+    return tasks
+
+
+def iter_balanced(inputs: list[InputFile], n: int, opts: TokenizeOptions) -> Iterator[list[WorkItem]]:
+    """About ``n`` tasks of equal input bytes, in input order (the default rule: full waves of tasks).
+
+    Task k ends at the first document boundary after k/n of all bytes.  A piece that cannot be cut (a
+    compressed file, a parquet row group) goes to the task that holds its middle; a task left under half
+    a step then joins its smaller neighbour, so no shard falls below the sizing floor.
+    """
+    total = sum(inp.size for inp in inputs)
+    step = total / max(1, n)
+    tasks: list[list[tuple[WorkItem, int]]] = []
+    current: list[tuple[WorkItem, int]] = []
+    current_k, at = 0, 0
+    for i, inp in enumerate(inputs):
+        first = math.floor(at / step) + 1 if step else 1
+        offsets = [round(k * step) - at for k in range(first, n) if at < k * step < at + inp.size]
+        for piece in _pieces_at(i, inp, offsets, opts):
+            size = _piece_bytes(piece, inp)
+            k = min(n - 1, int((at + size / 2) / step)) if step else 0
+            if k != current_k and current:
+                tasks.append(current)
+                current = []
+            current_k = k
+            current.append((piece, size))
+            at += size
+    if current:
+        tasks.append(current)
+    for task in _merge_small(tasks, step):
+        yield [w for w, _ in task]
+
+
+def _piece_bytes(piece: WorkItem, inp: InputFile) -> int:
+    if piece.unit != "bytes":       # rows: their share of the file's bytes
+        rows = inp.rows or 1
+        end = rows if piece.end is None else piece.end
+        return round(inp.size * (end - piece.start) / rows)
+    return (inp.size if piece.end is None else piece.end) - piece.start

@@ -29,11 +29,11 @@ from shardprep.errors import InputDataError, PlanConflictError, RecordError
 from shardprep.storage.atomic import atomic_writer, fsync_dir, temp_name_for, write_json_atomic
 from shardprep.inputs.discover import InputFile, is_shardprep_plan
 from shardprep.inputs.readers import WorkItem
-from shardprep.job.cutting import iter_tasks
+from shardprep.job.cutting import iter_balanced, iter_tasks
 from shardprep.job.fingerprint import BATCH, Fingerprint
 from shardprep.job.plan_files import TaskTable, TaskTableWriter
 from shardprep.job.schema import Job, PlanFiles, PlanSummary, TaskItem
-from shardprep.job.sizing import Sizing
+from shardprep.job.sizing import Sizing, balanced_tasks
 from shardprep.records import is_json_text
 from shardprep.shard.format import (INDEX_FILE, JOB_FILE, PLAN_DIR, PLAN_RECORDS_FILE,
                                     PLAN_TABLE_FILE, REPAIR_DIR, TOKENIZER_FILE)
@@ -54,6 +54,9 @@ class Plan:
     backend_check: dict | None = None    # tokenizer.plan_check's record, stored in job.json as is
 
     def iter_tasks(self) -> Iterator[list[WorkItem]]:
+        n = None if self.sizing is None else balanced_tasks(self.sizing, sum(i.size for i in self.inputs))
+        if n is not None:
+            return iter_balanced(self.inputs, n, self.options)
         return iter_tasks(self.inputs, self.plan_options, self.options)
 
 

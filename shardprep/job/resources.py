@@ -35,3 +35,26 @@ def set_tokenizer_threads(n: int) -> None:
     os.environ["RAYON_NUM_THREADS"] = str(max(1, n))
     os.environ["RAYON_RS_NUM_CPUS"] = str(max(1, n))
     os.environ["TOKENIZERS_PARALLELISM"] = "true" if n > 1 else "false"
+
+
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3      # <malloc.h>
+
+
+def keep_freed_memory() -> bool:
+    """Ask glibc to reuse freed blocks of up to 32 MiB instead of returning them to the kernel.
+
+    Why: a task allocates and frees a few 8 MiB buffers per block (the block read, its documents, the
+    ids).  By default glibc hands each such buffer back to the kernel and maps it afresh next time, and
+    every fresh page is a page fault: on the VMs measured that cost ~3 ms per MB, as much as reading the
+    block itself (docs/benchmarks.md, issue 20).  Kept in the heap, the same pages serve every block; the
+    peak RSS is the task's working set either way.  False where this is not glibc.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None)
+        return bool(libc.mallopt(_M_MMAP_THRESHOLD, 32 << 20)) and bool(libc.mallopt(_M_TRIM_THRESHOLD, 1 << 30))
+    except (OSError, AttributeError):
+        return False

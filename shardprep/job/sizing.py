@@ -5,19 +5,23 @@ One input file per task is right when files are large and wrong when they are sm
 loader and object store pays for again (shards under ~16 MiB are a known anti-pattern for streaming
 loaders).  So unless the user names a shape, the planner picks a target number of input bytes per task:
 
-    target = clamp(total input bytes / task slots, floor, 512 MiB)
+    tasks = task slots x ceil(total / slots / 512 MiB)   (or total / floor, when under the floor per slot)
+    target = total / tasks
 
 - *task slots*: how many tasks the executor can run at once (the local workers, the Slurm partition's
   CPUs / ``--cpus-per-task``, or ``--parallel-tasks``).  Dividing by them keeps every CPU busy without
-  making more tasks than that; above 512 MiB per slot the cap makes more tasks than slots (waves), which
-  bounds what a failed or preempted task loses.
-- *floor*: a task must make a shard of at least 16 MiB.  Split pieces and packs are at least half the
-  target (``job.plan.iter_tasks``), so the floor is ``2 x 16 MiB x 1.25 / r`` where ``r`` is shard bytes per
+  making more tasks than that.  Above 512 MiB per slot the job runs in *full waves*: a whole multiple of
+  the slots, each task at most 512 MiB, which bounds what a failed or preempted task loses without
+  leaving most CPUs idle in a last, partial wave.
+- *floor*: a task must make a shard of at least 16 MiB.  No task is under half the target
+  (``job.cutting``), so the floor is ``2 x 16 MiB x 1.25 / r`` where ``r`` is shard bytes per
   input byte measured on a sample of the inputs (``job.shard_ratio``), and never below 64 MiB (a task
   should tokenize for seconds, not pay its start-up for nothing).  Without a sample (only compressed or
   columnar inputs, whose sizes understate the text) the floor is 128 MiB.
 
-The planner then packs files smaller than the target together and splits larger ones (``iter_tasks``).
+The planner then cuts that many tasks of equal bytes, splitting files and packing small ones in input
+order (``job.cutting.iter_balanced``); an explicit ``--target-task-bytes`` packs and splits by the size
+instead (``job.cutting.iter_tasks``).
 ``--target-task-bytes`` and ``--one-file-per-task`` override the rule.  A plan already in the output
 directory keeps its sizing when the same job is planned again (a resubmission after a node went down
 must not change the task assignment because the cluster has fewer CPUs now).
@@ -77,21 +81,35 @@ def auto_sizing(inputs: Sequence[InputFile], slots: int, slots_reason: str, shar
     """The default rule (module docstring) for ``inputs`` on ``slots`` parallel tasks."""
     total = sum(i.size for i in inputs)
     floor = floor_bytes(shard_ratio)
-    per_slot = math.ceil(total / max(1, slots))
-    target = min(max(per_slot, floor), max(MAX_TARGET, floor))
+    slots = max(1, slots)
+    per_slot = math.ceil(total / slots)
     head = f"{human_bytes(total)} in {len(inputs):,} file(s) over {slots} task slot(s) ({slots_reason})"
     ratio = (f"shards ~{shard_ratio:.2f} byte per input byte (sampled)" if shard_ratio
              else "shard size per input byte unknown (compressed or columnar inputs)")
     if total <= floor:
+        target = floor
         why = f"{head}: the whole dataset is under the {human_bytes(floor)} floor ({ratio}), so one task"
-    elif target == floor:
+    elif per_slot <= floor:
+        target = math.ceil(total / max(1, total // floor))
         why = (f"{head}: {human_bytes(per_slot)} per slot is under the floor of {human_bytes(floor)} "
                f"that keeps shards >= {human_bytes(MIN_SHARD_BYTES)} ({ratio})")
-    elif target == per_slot:
+    elif per_slot <= max(MAX_TARGET, floor):
+        target = per_slot
         why = f"{head}: one task per slot keeps every CPU busy"
     else:
-        why = f"{head}: capped at {human_bytes(target)} per task (more tasks than slots, run in waves)"
+        waves = math.ceil(per_slot / max(MAX_TARGET, floor))
+        target = math.ceil(total / (slots * waves))
+        why = (f"{head}: {waves} full waves of {slots} tasks (at most {human_bytes(max(MAX_TARGET, floor))} "
+               f"per task)")
     return Sizing("auto", target, why, slots, round(shard_ratio, 4) if shard_ratio else None)
+
+
+def balanced_tasks(sizing: Sizing, total_bytes: int) -> int | None:
+    """How many equal tasks the default rule cuts (``job.cutting.iter_balanced``); None for the other rules
+    (their target is a size: ``iter_tasks`` packs and splits by it)."""
+    if sizing.rule != "auto" or not sizing.target_task_bytes:
+        return None
+    return max(1, round(total_bytes / sizing.target_task_bytes))
 
 
 def explicit_sizing(target_task_bytes: int | None, one_file_per_task: bool) -> Sizing | None:

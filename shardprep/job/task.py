@@ -19,31 +19,24 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Iterator, Sequence
 
-from shardprep.job.options import TokenizeOptions
-from shardprep.errors import InputDataError, Preempted
+from shardprep.errors import InputDataError
 from shardprep.storage.atomic import remove_stale_temps, write_json_atomic
 from shardprep.inputs.planned import changed_since_planned
-from shardprep.inputs.readers import SkipLog, iter_documents
+from shardprep.inputs.readers import SkipLog
+from shardprep.job.encode import Boundaries, ProgressFn, Sampler, encode_inline, task_batches
 from shardprep.job.plan_files import read_task
 from shardprep.job.schema import CREATED_BY, Job, Task, TaskItem
 from shardprep.shard.sidecar import Sidecar
 from shardprep.job.state import check_task, load_job, read_frozen_tokenizer
 from shardprep.records import FS_BYTES
-from shardprep.job.resources import peak_rss_bytes, set_tokenizer_threads, usable_cpus
+from shardprep.job.resources import keep_freed_memory, peak_rss_bytes, set_tokenizer_threads, usable_cpus
 from shardprep.shard.format import FORMAT_VERSION, LOG_DIR, shard_name, sidecar_name
 from shardprep.shard.writer import ShardResult, ShardWriter
-from shardprep.tokenizer.backend import Backend, add_boundary_tokens, select_backend
+from shardprep.tokenizer.backend import BACKENDS, Opened, backend_record, check_candidate, open_backend
 
 log = logging.getLogger(__name__)
-
-BATCH_BYTES = 1 << 20     # text per encode call: large enough to amortise, small enough to stop quickly
-BATCH_DOCS = 8192
-# A backend may ask for larger batches (``batch_chars``/``batch_docs`` attributes): gigatoken encodes
-# 1 MiB in ~10 ms, so its fixed cost per call (building the awkward result) is worth amortising further.
-
-ProgressFn = Callable[[int, int], None]   # (documents, tokens) since the last call
 
 
 @dataclass
@@ -86,30 +79,6 @@ def _check_inputs_unchanged(task: Task) -> None:
         if changed_since_planned(inp, st):
             raise InputDataError(f"input {inp.path} changed since it was planned (size or mtime differs)",
                                  hint="re-plan into a new output directory")
-
-
-@dataclass
-class BatchLimits:
-    """Size of the next batch; the task raises it once the backend is known (see ``BATCH_BYTES``)."""
-
-    chars: int = BATCH_BYTES
-    docs: int = BATCH_DOCS
-
-
-def _batches(task: Task, opts: TokenizeOptions, skips: SkipLog, limits: BatchLimits) -> Iterator[list[str]]:
-    batch: list[str] = []
-    append = batch.append
-    size = 0
-    for item in task.items:
-        for text in iter_documents(item.input, item.work, opts, skips):
-            append(text)
-            size += len(text)
-            if size >= limits.chars or len(batch) >= limits.docs:
-                yield batch
-                batch, size = [], 0
-                append = batch.append
-    if batch:
-        yield batch
 
 
 def _log_path(output: Path, task: int) -> Path:
@@ -186,10 +155,16 @@ def _run(output: Path, job: Job, task: int, stop: StopFlag, progress: ProgressFn
          threads: int | None, attempted: bool) -> TaskResult:
     ctx = _load(output, job, task, threads)
     _remove_stale(output, task, attempted)
-    with ShardWriter(output / shard_name(task), task=task, layout=job.options.layout, dtype=job.tokenizer.dtype,
-                     chunk_tokens=job.options.chunk_tokens) as writer:
-        skips, backend_info = _tokenize(ctx, writer, stop, progress)
-        result = writer.close()
+    opts = job.options
+    opened = open_backend(opts.backend, ctx.tok_json, allow_special_tokens=opts.allow_special_tokens)
+    written = _write_shard(ctx, opened, stop, progress)
+    if isinstance(written, dict):  # auto: the candidate's ids differ from hf's; the shard is written again
+        fallback = written
+        hf = Opened(BACKENDS["hf"](ctx.tok_json, opts.allow_special_tokens), opts.backend, candidate=False)
+        result, skips, _ = _unwrap(_write_shard(ctx, hf, stop, progress))
+        backend_info = fallback
+    else:
+        result, skips, backend_info = written
     elapsed = time.perf_counter() - ctx.started
     if result.documents == 0:
         log.warning("task %d produced no documents (skipped: %s)", task, skips.counts)
@@ -198,6 +173,14 @@ def _run(output: Path, job: Job, task: int, stop: StopFlag, progress: ProgressFn
     log.info("task %d done: %d documents, %d tokens, %d bytes, %d skipped, %.1fs", task, result.documents,
              result.tokens, result.bytes, skips.total, elapsed)
     return TaskResult(task, False, result.documents, result.tokens, sidecar)
+
+
+Written = tuple[ShardResult, SkipLog, dict]
+
+
+def _unwrap(written: Written | dict) -> Written:
+    assert not isinstance(written, dict), "hf is the reference: it has nothing to fall back from"
+    return written
 
 
 def _load(output: Path, job: Job, task: int, threads: int | None) -> _Context:
@@ -209,6 +192,7 @@ def _load(output: Path, job: Job, task: int, threads: int | None) -> _Context:
     tok_json = read_frozen_tokenizer(output, job)
     n_threads = threads or usable_cpus()
     set_tokenizer_threads(n_threads)
+    keep_freed_memory()
     return _Context(output, job, work, tok_json, n_threads, started)
 
 
@@ -226,40 +210,48 @@ def _remove_stale(output: Path, task: int, attempted: bool) -> None:
         stale.unlink(missing_ok=True)
 
 
-def _open_backend(ctx: _Context, batch: list[str], limits: BatchLimits) -> tuple[Backend, dict]:
-    """Step 3: the backend, chosen on the task's own first batch (``auto`` verifies against hf on it, and
-    on the hard cases unless the plan's check of them applies to this task: ``tokenizer.plan_check``)."""
-    opts = ctx.job.options
-    backend, info = select_backend(opts.backend, ctx.tok_json, allow_special_tokens=opts.allow_special_tokens,
-                                   sample_texts=batch, plan_check=ctx.job.backend_check,
-                                   fingerprint=ctx.job.tokenizer.fingerprint, task_bytes=ctx.work.input_bytes)
-    limits.chars = getattr(backend, "batch_chars", BATCH_BYTES)
-    limits.docs = getattr(backend, "batch_docs", BATCH_DOCS)
-    log.info("task %d: backend %s, %d thread(s)", ctx.work.index, info, ctx.threads)
-    return backend, info
+def _write_shard(ctx: _Context, opened: Opened, stop: StopFlag, progress: ProgressFn | None) -> Written | dict:
+    """Steps 3-4: every document encoded and written; a fast backend's ids compared with hf's on documents
+    sampled throughout the task.  Returns the closed shard, its skips and the sidecar's ``backend``
+    record; or, under ``auto`` when the ids differ, only that record (nothing published: the caller
+    writes the shard again with hf)."""
+    job, opts = ctx.job, ctx.job.options
+    bounds = Boundaries(job.tokenizer.bos_id if opts.add_bos else None, job.tokenizer.eos_id if opts.add_eos else None)
+    log.info("task %d: backend %s (%s), %d thread(s)", ctx.work.index, opened.backend.describe(),
+             "checked against hf as it encodes" if opened.candidate else "the reference", ctx.threads)
+    sent = [0, 0]
 
-
-def _tokenize(ctx: _Context, writer: ShardWriter, stop: StopFlag,
-              progress: ProgressFn | None) -> tuple[SkipLog, dict | None]:
-    """Step 4: stream batches -> encode -> BOS/EOS -> writer; stop at a safe point when signalled."""
-    opts, tok = ctx.job.options, ctx.job.tokenizer
-    bos = tok.bos_id if opts.add_bos else None
-    eos = tok.eos_id if opts.add_eos else None
-    skips = SkipLog(strict=opts.strict)
-    limits = BatchLimits()
-    backend, backend_info = None, None
-    for batch in _batches(ctx.work, opts, skips, limits):
-        if backend is None:
-            backend, backend_info = _open_backend(ctx, batch, limits)
-        flat, lengths = backend.encode_batch(batch)
-        flat, lengths = add_boundary_tokens(flat, lengths, bos, eos)
-        writer.add(flat, lengths)
+    def counted(docs: int, tokens: int) -> None:
+        sent[0] += docs
+        sent[1] += tokens
         if progress:
-            progress(len(lengths), int(flat.size))
-        if stop:
-            raise Preempted(f"task {ctx.work.index} stopped on {stop.signal_name} at a safe point; "
-                            f"temporary shard removed, safe to requeue")
-    return skips, backend_info
+            progress(docs, tokens)
+
+    with ShardWriter(ctx.output / shard_name(ctx.work.index), task=ctx.work.index, layout=opts.layout,
+                     dtype=job.tokenizer.dtype, chunk_tokens=opts.chunk_tokens) as writer:
+        skips = SkipLog(strict=opts.strict)
+        sampler = Sampler() if opened.candidate else None
+        if ctx.threads > 1 and opened.backend.name != "hf" and not opts.strict:
+            from shardprep.job.parallel import encode_parallel   # (multiprocessing: only tasks with several CPUs)
+
+            encode_parallel(ctx.work.items, opts, opened.backend, bounds, writer, stop, ctx.work.index, counted,
+                            sampler, skips, ctx.threads)
+        else:
+            batches = task_batches(ctx.work, opts, skips, opened.backend.block_bytes)
+            encode_inline(batches, opened.backend, bounds, writer, stop, ctx.work.index, counted, sampler)
+        check = None
+        if sampler is not None:
+            check = check_candidate(opened, ctx.tok_json, allow_special_tokens=opts.allow_special_tokens,
+                                    sample_texts=sampler.first, recorded=sampler.recorded,
+                                    plan_check=job.backend_check, fingerprint=job.tokenizer.fingerprint)
+        record = backend_record(opened, check)
+        log.info("task %d: backend %s", ctx.work.index, record)
+        if record["name"] != opened.backend.name:
+            writer.abort()
+            if progress:
+                progress(-sent[0], -sent[1])
+            return record
+        return writer.close(), skips, record
 
 
 def build_sidecar(job: Job, task: int, result: ShardResult, skips: SkipLog, backend_info: dict | None,

@@ -25,6 +25,17 @@ _BLOCK = 512
 _WRITEBACK_EVERY = 32 << 20   # see ShardWriter._write_back_early
 
 
+def narrow_ids(flat_ids: np.ndarray, dtype: str) -> np.ndarray:
+    """``flat_ids`` as the shard's id type, refusing an id that does not fit (never a silent wrap)."""
+    want = np.dtype(DTYPES[dtype])
+    if flat_ids.dtype == want:
+        return flat_ids
+    if flat_ids.size and int(flat_ids.max()) > np.iinfo(want).max:
+        raise OverflowError(f"token id {int(flat_ids.max())} does not fit {dtype}; the tokenizer's vocabulary "
+                            f"size was under-reported")
+    return flat_ids.astype(want)
+
+
 @dataclass
 class ShardResult:
     path: Path
@@ -51,7 +62,6 @@ class ShardWriter:
         self.layout = layout
         self.dtype_name = dtype
         self.dtype = np.dtype(DTYPES[dtype])
-        self._max_id = np.iinfo(self.dtype).max
         self.chunk_tokens = max(1, int(chunk_tokens))
         self._tmp = temp_name_for(self.path)
         self._file = open(self._tmp, "wb", buffering=4 << 20)
@@ -70,12 +80,7 @@ class ShardWriter:
         """Add a batch of documents: ``flat_ids`` concatenated, ``lengths`` per document (sum matches)."""
         if len(lengths) == 0:
             return
-        if flat_ids.size and int(flat_ids.max()) > self._max_id:
-            raise OverflowError(
-                f"token id {int(flat_ids.max())} does not fit {self.dtype_name}; the tokenizer's vocabulary "
-                f"size was under-reported"
-            )
-        ids = flat_ids.astype(self.dtype, copy=False)
+        ids = narrow_ids(flat_ids, self.dtype_name)
         lengths = np.asarray(lengths, dtype=np.int64)
         if self.layout == "doc":
             self._write_docs(ids, lengths)

@@ -6,16 +6,23 @@ the shard writer consumes.  Backends never add special tokens: BOS/EOS are appli
 ``add_boundary_tokens``, so every backend is held to exactly the same ids (see docs/architecture.md).
 
 ``hf`` (Hugging Face ``tokenizers``) is the reference and always available.  Faster backends register
-in ``BACKENDS`` and are chosen by ``select_backend`` (``auto`` verifies them against ``hf`` first).
+in ``BACKENDS``.  A task opens one with ``open_backend`` and may publish what it wrote only once
+``tokenizer.exactness`` has compared it with ``hf``; ``select_backend`` checks a candidate up front
+(``doctor``, tools).
 """
 
 from __future__ import annotations
 
 import array
 import logging
-from typing import Protocol
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
+
+if TYPE_CHECKING:  # pragma: no cover
+    from shardprep.inputs.fastpath import DocBatch
 
 log = logging.getLogger(__name__)
 
@@ -25,9 +32,14 @@ _UINT32 = next(code for code in "IL" if array.array(code).itemsize == 4)
 
 class Backend(Protocol):
     name: str
+    block_bytes: int          # text per encode call the task's reader should aim for
 
     def encode_batch(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """Return (flat uint32 ids, int64 lengths), no special tokens added."""
+        ...
+
+    def encode(self, batch: DocBatch) -> tuple[np.ndarray, np.ndarray]:
+        """``encode_batch`` of a reader's batch (``inputs.fastpath.DocBatch``)."""
         ...
 
     def describe(self) -> dict:
@@ -39,6 +51,11 @@ class HFBackend:
     """Hugging Face ``tokenizers`` with ``encode_batch_fast`` (no offsets: they cost ~30%)."""
 
     name = "hf"
+    block_bytes = 1 << 20     # text per reader batch: stops within a second or so at hf speed
+    # Text per encode_batch_fast call and thread.  Larger calls are slower, not faster: every document's
+    # Encoding holds a dozen fields per token until its ids are copied out, and a call of 8,192 documents
+    # encoded at ~0.6x the speed of calls of 128-512 (docs/benchmarks.md, "hf backend").
+    call_chars = 128 << 10
 
     def __init__(self, tokenizer_json: str, *, allow_special_tokens: bool = False):
         import tokenizers
@@ -49,6 +66,7 @@ class HFBackend:
         self.tok.no_padding()
         # Raw text must not inject control tokens: encode "<|endoftext|>" in text as plain text.
         self.tok.encode_special_tokens = not allow_special_tokens
+        self._threads = max(1, int(os.environ.get("RAYON_NUM_THREADS", "1") or 1))   # job.resources sets it
 
     def encode_batch(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         encs = self.tok.encode_batch_fast(texts, add_special_tokens=False)
@@ -61,26 +79,38 @@ class HFBackend:
             flat.extend(enc.ids)
         return np.frombuffer(flat, dtype=np.uint32), lengths
 
+    def encode(self, batch: DocBatch) -> tuple[np.ndarray, np.ndarray]:
+        texts = batch.texts()
+        parts, size, first = [], 0, 0
+        per_call = self.call_chars * self._threads
+        for i, text in enumerate(texts):
+            size += len(text)
+            if size >= per_call:
+                parts.append(self.encode_batch(texts[first:i + 1]))
+                first, size = i + 1, 0
+        if first < len(texts) or not parts:
+            parts.append(self.encode_batch(texts[first:]))
+        if len(parts) == 1:
+            return parts[0]
+        return np.concatenate([f for f, _ in parts]), np.concatenate([n for _, n in parts])
+
     def describe(self) -> dict:
         return {"name": self.name, "version": self._version}
 
 
 class BackendFactory(Protocol):
-    def __call__(self, tokenizer_json: str, allow_special: bool, task_bytes: int | None = None) -> Backend:
-        """``task_bytes``: the input bytes of the task about to encode, when known (a size hint)."""
-        ...
+    def __call__(self, tokenizer_json: str, allow_special: bool) -> Backend: ...
 
 
-def _hf_backend(tokenizer_json: str, allow_special: bool, task_bytes: int | None = None) -> Backend:
+def _hf_backend(tokenizer_json: str, allow_special: bool) -> Backend:
     return HFBackend(tokenizer_json, allow_special_tokens=allow_special)
 
 
-def _gigatoken_backend(tokenizer_json: str, allow_special: bool, task_bytes: int | None = None) -> Backend:
+def _gigatoken_backend(tokenizer_json: str, allow_special: bool) -> Backend:
     # imported lazily: gigatoken is an optional dependency (shardprep[fast])
-    from shardprep.tokenizer.gigatoken_backend import PER_DOCUMENT_BELOW, GigatokenBackend
+    from shardprep.tokenizer.gigatoken_backend import GigatokenBackend
 
-    per_document = task_bytes is not None and task_bytes < PER_DOCUMENT_BELOW
-    return GigatokenBackend(tokenizer_json, allow_special_tokens=allow_special, per_document=per_document)
+    return GigatokenBackend(tokenizer_json, allow_special_tokens=allow_special)
 
 
 BACKENDS: dict[str, BackendFactory] = {"hf": _hf_backend, "gigatoken": _gigatoken_backend}
@@ -113,52 +143,103 @@ def add_boundary_tokens(flat: np.ndarray, lengths: np.ndarray, bos_id: int | Non
     return out, new_lengths
 
 
-def select_backend(name: str, tokenizer_json: str, *, allow_special_tokens: bool,
-                   sample_texts: list[str] | None = None, plan_check: dict | None = None,
-                   fingerprint: str | None = None, task_bytes: int | None = None) -> tuple[Backend, dict]:
-    """Return the backend to use and a record of how it was chosen (stored in the shard sidecar).
-
-    ``hf`` is the reference and is used as is.  A fast backend is used only after it reproduced the
-    ``hf`` ids exactly on fixed hard cases plus ``sample_texts`` (the task's first batch):
-    ``auto`` falls back to ``hf`` and logs why when it cannot load or differs; an explicitly requested
-    fast backend fails the task instead, because ids must never silently differ from the reference.
-    ``plan_check`` (job.json's ``backend_check``) replaces the hard cases when it matches this task's
-    libraries and the tokenizer ``fingerprint`` (``plan_check.usable_plan_check``); ``task_bytes`` lets
-    the backend fit how it encodes to the task's size.
-    """
-    from shardprep.errors import ConfigError, TokenizerError
-    from shardprep.tokenizer.plan_check import usable_plan_check
-    from shardprep.tokenizer.verify_backend import verify_backend
+def _check_name(name: str) -> None:
+    from shardprep.errors import ConfigError
 
     if name != "auto" and name not in BACKENDS:
         raise ConfigError(f"--backend={name!r} is not available (available: auto, {', '.join(sorted(BACKENDS))})")
-    reference = BACKENDS["hf"](tokenizer_json, allow_special_tokens)
-    if name == "hf":
-        return reference, {**reference.describe(), "requested": name, "check": None}
 
-    candidates = AUTO_CANDIDATES if name == "auto" else (name,)
-    check: dict | None = None
-    for candidate in candidates:
+
+@dataclass
+class Opened:
+    """The backend a task encodes with, and whether its ids must still be checked against ``hf``."""
+
+    backend: Backend
+    requested: str                      # the --backend asked for
+    candidate: bool                     # a fast backend: its shard stands only once ``check_candidate`` passed
+    load_failure: dict | None = None    # ``auto`` whose candidate did not load (``backend`` is then hf)
+
+
+def open_backend(name: str, tokenizer_json: str, *, allow_special_tokens: bool) -> Opened:
+    """The backend to encode with: ``hf`` as is, else the first fast candidate that loads (unchecked).
+
+    Nothing is compared here, so the task can start encoding at once; ``check_candidate`` compares the
+    ids once the task has them.  ``auto`` falls back to ``hf`` when no candidate loads; an explicitly
+    requested fast backend that does not load fails the task.
+    """
+    from shardprep.errors import TokenizerError
+
+    _check_name(name)
+    if name == "hf":
+        return Opened(BACKENDS["hf"](tokenizer_json, allow_special_tokens), name, candidate=False)
+    failure: dict | None = None
+    for candidate in AUTO_CANDIDATES if name == "auto" else (name,):
         try:
-            backend = BACKENDS[candidate](tokenizer_json, allow_special_tokens, task_bytes)
+            return Opened(BACKENDS[candidate](tokenizer_json, allow_special_tokens), name, candidate=True)
         except Exception as e:  # not installed, or cannot represent this tokenizer
-            check = {"passed": False, "candidate": candidate, "reason": str(e)}
             if name != "auto":
                 raise TokenizerError(f"--backend={name}: {e}", hint="use --backend auto or --backend hf") from None
             log.warning("backend %s not used, falling back to hf: %s", candidate, e)
-            continue
-        planned, ignored = usable_plan_check(plan_check, backend, reference, fingerprint=fingerprint,
-                                             allow_special_tokens=allow_special_tokens)
-        check = {"candidate": f"{candidate} {backend.describe().get('version', '')}".strip(),
-                 **verify_backend(backend, reference, tokenizer_json, sample_texts or [], planned=planned,
-                                  planned_ignored=ignored)}
-        if check["passed"]:
-            return backend, {**backend.describe(), "requested": name, "check": check}
-        if name != "auto":
-            raise TokenizerError(f"--backend={name} does not reproduce the hf ids: {check['reason']}",
-                                 hint="use --backend auto (falls back to hf) or --backend hf")
-        log.warning("backend %s does not reproduce the hf ids (%s); falling back to hf", candidate, check["reason"])
-    record = {**reference.describe(), "requested": name, "check": check}
-    if check is not None:
-        record["fallback_reason"] = check["reason"]
-    return reference, record
+            failure = {"passed": False, "candidate": candidate, "reason": str(e)}
+    return Opened(BACKENDS["hf"](tokenizer_json, allow_special_tokens), name, candidate=False, load_failure=failure)
+
+
+def check_candidate(opened: Opened, tokenizer_json: str, *, allow_special_tokens: bool,
+                    sample_texts: list[str] | None = None, recorded: list | None = None,
+                    plan_check: dict | None = None, fingerprint: str | None = None) -> dict:
+    """The ``backend.check`` record of an opened candidate: hard cases (unless ``plan_check``, job.json's
+    ``backend_check``, applies: ``plan_check.usable_plan_check``), ``sample_texts`` and ``recorded``
+    documents (label, text, the ids the candidate gave them) compared with ``hf``."""
+    from shardprep.tokenizer.plan_check import usable_plan_check
+    from shardprep.tokenizer.verify_backend import verify_backend
+
+    backend = opened.backend
+    reference = BACKENDS["hf"](tokenizer_json, allow_special_tokens)
+    planned, ignored = usable_plan_check(plan_check, backend, reference, fingerprint=fingerprint,
+                                         allow_special_tokens=allow_special_tokens)
+    return {"candidate": f"{backend.name} {backend.describe().get('version', '')}".strip(),
+            **verify_backend(backend, reference, tokenizer_json, sample_texts or [], planned=planned,
+                             planned_ignored=ignored, recorded=recorded)}
+
+
+def backend_record(opened: Opened, check: dict | None) -> dict:
+    """The sidecar's ``backend``: what wrote the shard, what was asked for, and the check.
+
+    A candidate whose ``check`` failed fails here when it was asked for by name (ids must never
+    silently differ from the reference); under ``auto`` the record names ``hf`` and why, and the
+    caller re-encodes with ``hf``.
+    """
+    from shardprep.errors import TokenizerError
+
+    if not opened.candidate:
+        failure = opened.load_failure
+        return {**opened.backend.describe(), "requested": opened.requested, "check": failure,
+                **({"fallback_reason": failure["reason"]} if failure else {})}
+    assert check is not None
+    if check["passed"]:
+        return {**opened.backend.describe(), "requested": opened.requested, "check": check}
+    if opened.requested != "auto":
+        raise TokenizerError(f"--backend={opened.requested} does not reproduce the hf ids: {check['reason']}",
+                             hint="use --backend auto (falls back to hf) or --backend hf")
+    log.warning("backend %s does not reproduce the hf ids (%s); falling back to hf", opened.backend.name,
+                check["reason"])
+    import tokenizers
+
+    return {"name": "hf", "version": tokenizers.__version__, "requested": opened.requested, "check": check,
+            "fallback_reason": check["reason"]}
+
+
+def select_backend(name: str, tokenizer_json: str, *, allow_special_tokens: bool,
+                   sample_texts: list[str] | None = None, plan_check: dict | None = None,
+                   fingerprint: str | None = None) -> tuple[Backend, dict]:
+    """The backend to use and its record, checked up front on hard cases and ``sample_texts``
+    (``doctor`` and tools; a task checks while it encodes instead: ``open_backend``)."""
+    opened = open_backend(name, tokenizer_json, allow_special_tokens=allow_special_tokens)
+    check = None
+    if opened.candidate:
+        check = check_candidate(opened, tokenizer_json, allow_special_tokens=allow_special_tokens,
+                                sample_texts=sample_texts, plan_check=plan_check, fingerprint=fingerprint)
+    record = backend_record(opened, check)
+    if record["name"] == opened.backend.name:
+        return opened.backend, record
+    return BACKENDS["hf"](tokenizer_json, allow_special_tokens), record

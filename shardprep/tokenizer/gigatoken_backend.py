@@ -11,21 +11,23 @@ Two details make the ids match the reference:
   gigatoken has no such switch, so the special entries are removed from ``added_tokens`` of the JSON it
   loads: the pre-tokenizer then splits the string like any other text, exactly as ``tokenizers`` does.
   Non-special added tokens stay (``tokenizers`` still matches them in text).
-* Threads.  gigatoken can fan a batch out on its process-global rayon pool, but in a task that does not
-  pay: encoding is ~20% of an ``auto`` task's time, and 2 threads gave at most 1.2x on the encode calls
-  for 50% more CPU (0.6x at 1 MiB batches; docs/benchmarks.md).  So it encodes on the calling thread
-  and a job scales with more tasks (processes), one CPU each.  ``threads > 1`` remains available to
-  callers that only encode.
+* Threads.  gigatoken can fan a batch out on its process-global rayon pool, but that scales poorly
+  (2 threads gave at most 1.2x for 50% more CPU; docs/benchmarks.md), and a call holds the GIL, so
+  threads of one process cannot overlap two calls either.  So it encodes on the calling thread; a task
+  given several CPUs runs that many worker processes (``job.parallel``).
 
-gigatoken's ``encode_batch`` returns an awkward ``ListOffsetArray``; its ``offsets`` and ``content``
-buffers already are the ``(flat ids, lengths)`` pair the shard writer wants, so they are taken as numpy
-views without a copy.  But building that result imports awkward (and with it fsspec and pyarrow): ~0.1 s
-of CPU per process, a third of a small array task's fixed cost.  A task with less than
-``PER_DOCUMENT_BELOW`` bytes of input therefore encodes document by document (``encode``, one numpy
-array each, the same Rust encoder and pretoken cache) and never imports awkward; a larger task keeps
-the batch call, whose lower per-document overhead (1.2x on 1-6 KB documents, 2.6x on 45-byte ones)
-outweighs the import.  The choice is made when the backend is built, before the ``auto`` check, so
-the check compares the very path that writes the shard.
+Two details make it cheap:
+
+* Its result.  ``encode_batch`` returns an awkward array, which its Rust code builds by calling
+  ``awkward.unflatten(content, counts)`` on two numpy arrays: exactly the ``(flat ids, lengths)`` pair
+  the shard writer wants.  Importing awkward (and with it fsspec and pyarrow) costs ~0.25-0.5 s per
+  process, more than a 48 MB task spends encoding.  So for the duration of each call a tiny stand-in
+  module answers to the name ``awkward`` and hands the two arrays back (``_FlatResult``).  It is used
+  only for gigatoken versions it was tested with (``FLAT_RESULT_TESTED``) and only while awkward itself
+  is not imported; any surprise (another awkward function called, another shape returned) switches the
+  process to the real awkward for good, with a warning.  The ids are checked against ``hf`` either way.
+* Input.  A block of text is handed over whole (``BytesSource`` with a separator), never as one Python
+  object per document: gigatoken splits it in Rust.
 """
 
 from __future__ import annotations
@@ -33,9 +35,11 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
+import threading
+import types
 from pathlib import Path
-from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 import orjson
@@ -43,7 +47,14 @@ import orjson
 from shardprep._extras import require
 from shardprep.tokenizer.verify_backend import added_tokens_span
 
+if TYPE_CHECKING:  # pragma: no cover
+    from shardprep.inputs.fastpath import DocBatch
+
 log = logging.getLogger(__name__)
+
+# gigatoken releases whose encode_batch builds its result with awkward.unflatten(content, counts) only
+# (tests/test_backends.py checks it on the installed release).
+FLAT_RESULT_TESTED = ("0.10.",)
 
 
 class BackendUnavailable(RuntimeError):
@@ -73,7 +84,7 @@ def plain_text_specials_json(tokenizer_json: str) -> str:
     return orjson.dumps(data).decode("utf-8")
 
 
-def _installed_version(module: ModuleType) -> str:
+def _installed_version(module: types.ModuleType) -> str:
     """The package version from its ``dist-info`` beside it (``importlib.metadata`` scans every installed
     distribution, ~0.1 s per task on a full environment)."""
     if module.__file__ is not None:   # None: a namespace package, no file to look beside
@@ -97,28 +108,67 @@ def _mark_forked() -> None:
 
 
 # A rayon pool that existed before os.fork() has no threads in the child: handing it work there hangs.
-# After a fork we therefore always encode on the calling thread (shardprep's own executors use spawn).
+# After a fork we therefore always encode on the calling thread.
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_mark_forked)
 
 
-# Input bytes of a task below which it encodes document by document (see the module docstring): the
-# awkward import costs about what 16 MB of 45-byte documents lose to per-call overhead.
-PER_DOCUMENT_BELOW = 16 << 20
+class _Never:
+    """What ``isinstance(x, awkward.Array)`` asks about: nothing we pass is one."""
+
+
+def _unflatten(content: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    return content, counts
+
+
+class _FlatResult:
+    """``encode_batch`` through the stand-in awkward (module docstring, "Its result")."""
+
+    module = types.ModuleType("awkward", "shardprep's stand-in for awkward during one gigatoken call")
+    module.Array = _Never                  # type: ignore[attr-defined]  # a module built at run time
+    module.unflatten = _unflatten          # type: ignore[attr-defined]
+    lock = threading.Lock()
+    broken = False
+
+    @classmethod
+    def usable(cls, version: str) -> bool:
+        return not cls.broken and version.startswith(FLAT_RESULT_TESTED) and "awkward" not in sys.modules
+
+    @classmethod
+    def call(cls, encode: Callable[[Any], Any], arg: Any) -> tuple[np.ndarray, np.ndarray] | None:
+        """(flat ids, lengths), or None when the stand-in did not do (then it is never tried again)."""
+        with cls.lock:
+            sys.modules["awkward"] = cls.module
+            try:
+                out = encode(arg)
+            except (AttributeError, TypeError) as e:   # it asked awkward for more than unflatten
+                cls._give_up(f"gigatoken needs the real awkward ({e})")
+                return None
+            finally:
+                if sys.modules.get("awkward") is cls.module:
+                    del sys.modules["awkward"]
+        if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], np.ndarray)
+                and int(np.sum(out[1])) == len(out[0])):
+            cls._give_up("gigatoken returned an unexpected result through the awkward stand-in")
+            return None
+        return out[0], np.asarray(out[1], dtype=np.int64)
+
+    @classmethod
+    def _give_up(cls, why: str) -> None:
+        cls.broken = True
+        log.warning("%s; importing awkward (slower start-up, same ids)", why)
 
 
 class GigatokenBackend:
     """Backend protocol implementation on top of ``gigatoken.Tokenizer``."""
 
     name = "gigatoken"
-    # Larger batches than the task default: each call pays ~2 ms to build the awkward result.
-    batch_chars = 4 << 20
-    batch_docs = 32768
+    block_bytes = 8 << 20     # text per encode call: amortises the call, still stops within ~50 ms
 
-    def __init__(self, tokenizer_json: str, *, allow_special_tokens: bool = False, threads: int = 1,
-                 per_document: bool = False):
+    def __init__(self, tokenizer_json: str, *, allow_special_tokens: bool = False, threads: int = 1):
         gigatoken = require("gigatoken", feature="the gigatoken backend")
         self._version = _installed_version(gigatoken)
+        self._bytes_source = gigatoken.BytesSource
         source = tokenizer_json if allow_special_tokens else plain_text_specials_json(tokenizer_json)
         try:
             # The raw Rust object: skips the Python wrapper's per-call worker-process detection.
@@ -127,18 +177,33 @@ class GigatokenBackend:
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise BackendUnavailable(f"gigatoken cannot load this tokenizer: {first}") from None
         self.threads = max(1, threads)
-        self._parallel = self.threads > 1
-        self.per_document = per_document and not self._parallel
+
+    def _encode(self, arg: Any) -> tuple[np.ndarray, np.ndarray]:
+        parallel = self.threads > 1 and not _forked
+
+        def encode(x: Any) -> Any:
+            return self._tok.encode_batch(x, parallel=parallel)
+
+        if _FlatResult.usable(self._version):
+            flat = _FlatResult.call(encode, arg)
+            if flat is not None:
+                return flat
+        return flat_and_lengths(encode(arg))
 
     def encode_batch(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """(flat uint32 ids, int64 lengths): views into gigatoken's result buffers, or per document."""
+        """(flat uint32 ids, int64 lengths) of ``texts``."""
         if not texts:
             return np.empty(0, np.uint32), np.empty(0, np.int64)
-        if self.per_document:
-            docs = list(map(self._tok.encode, texts))
-            lengths = np.fromiter(map(len, docs), dtype=np.int64, count=len(docs))
-            return np.concatenate(docs).astype(np.uint32, copy=False), lengths
-        return flat_and_lengths(self._tok.encode_batch(texts, parallel=self._parallel and not _forked))
+        return self._encode(texts)
+
+    def encode(self, batch: DocBatch) -> tuple[np.ndarray, np.ndarray]:
+        """(flat uint32 ids, int64 lengths) of a reader's batch: a text buffer is handed over whole."""
+        if batch.buffer is None:
+            return self.encode_batch(batch.texts())
+        flat, lengths = self._encode(self._bytes_source(batch.buffer, separator=batch.sep))
+        if len(lengths) != batch.docs:
+            raise RuntimeError(f"gigatoken returned {len(lengths)} documents for a batch of {batch.docs}")
+        return flat, lengths
 
     def describe(self) -> dict:
         return {"name": self.name, "version": self._version}

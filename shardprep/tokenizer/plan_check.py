@@ -46,18 +46,12 @@ def check_at_plan(tokenizer_json: str, *, backend: str, allow_special_tokens: bo
     reference = BACKENDS["hf"](tokenizer_json, allow_special_tokens)
     fixed = hard_cases(tokenizer_json)
     candidate: _Encoder | None = None
-    mismatch: dict | None = None
-    # Each way a task may build the candidate (a small task's gigatoken encodes per document, a large
-    # one per batch: gigatoken_backend.PER_DOCUMENT_BELOW), so the record holds whichever a task builds.
-    for task_bytes in (0, None):
-        try:
-            candidate = BACKENDS[name](tokenizer_json, allow_special_tokens, task_bytes)
-        except Exception as e:  # not installed, or cannot represent this tokenizer
-            candidate, mismatch = None, {"reason": f"{name} did not load at plan time: {e}"}
-            break
+    try:
+        candidate = BACKENDS[name](tokenizer_json, allow_special_tokens)
+    except Exception as e:  # not installed, or cannot represent this tokenizer
+        mismatch: dict | None = {"reason": f"{name} did not load at plan time: {e}"}
+    else:
         mismatch = compare_ids(candidate, reference, fixed)
-        if mismatch is not None:
-            break
     record: dict = {
         "candidate": _label(candidate, name),
         "reference": _label(reference, "hf"),

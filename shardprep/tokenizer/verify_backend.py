@@ -215,6 +215,25 @@ def _per_doc(flat: np.ndarray, lengths: np.ndarray) -> list[np.ndarray]:
     return np.split(flat, np.cumsum(lengths)[:-1]) if len(lengths) else []
 
 
+def _mismatch(cases: list[tuple[str, str]], expected_docs: list[np.ndarray], got_docs: list[np.ndarray]) -> dict:
+    """A description of the first document whose ids differ."""
+    for i, (exp, got) in enumerate(zip(expected_docs, got_docs)):
+        if np.array_equal(exp, got):
+            continue
+        pos = _first_difference(exp, got)
+        lo = max(0, pos - _SHOW_IDS)
+        label = cases[i][0]
+        return {
+            "reason": f"ids differ on {label} at token {pos} ({len(got)} vs {len(exp)} tokens)",
+            "case": label,
+            "text": cases[i][1][:_SHOW_CHARS],
+            "token": pos,
+            "expected": exp[lo:pos + _SHOW_IDS].tolist(),
+            "got": got[lo:pos + _SHOW_IDS].tolist(),
+        }
+    return {"reason": "ids differ"}  # pragma: no cover - array_equal and per-document equality disagree
+
+
 def compare_ids(candidate: _Encoder, reference: _Encoder, cases: list[tuple[str, str]]) -> dict | None:
     """Encode ``cases`` with both; None when identical, else a description of the first difference."""
     texts = [t for _, t in cases]
@@ -228,27 +247,27 @@ def compare_ids(candidate: _Encoder, reference: _Encoder, cases: list[tuple[str,
     expected_docs, got_docs = _per_doc(ref_flat, ref_len), _per_doc(got_flat, got_len)
     if len(expected_docs) != len(got_docs):
         return {"reason": f"returned {len(got_docs)} documents for {len(expected_docs)} inputs"}
-    for i, (exp, got) in enumerate(zip(expected_docs, got_docs)):
-        if np.array_equal(exp, got):
-            continue
-        pos = _first_difference(exp, got)
-        lo = max(0, pos - _SHOW_IDS)
-        label = cases[i][0]
-        return {
-            "reason": f"ids differ on {label} at token {pos} ({len(got)} vs {len(exp)} tokens)",
-            "case": label,
-            "text": texts[i][:_SHOW_CHARS],
-            "token": pos,
-            "expected": exp[lo:pos + _SHOW_IDS].tolist(),
-            "got": got[lo:pos + _SHOW_IDS].tolist(),
-        }
-    return {"reason": "ids differ"}  # pragma: no cover - array_equal and per-document equality disagree
+    return _mismatch(cases, expected_docs, got_docs)
+
+
+def compare_recorded(reference: _Encoder, cases: list[tuple[str, str, np.ndarray]]) -> dict | None:
+    """``compare_ids`` for documents the candidate has already encoded: (label, text, the ids it gave)."""
+    if not cases:
+        return None
+    ref_flat, ref_len = reference.encode_batch([t for _, t, _ in cases])
+    got = [np.asarray(ids, dtype=np.uint32) for _, _, ids in cases]
+    expected = _per_doc(ref_flat, ref_len)
+    if all(np.array_equal(e, g) for e, g in zip(expected, got)):
+        return None
+    return _mismatch([(label, text) for label, text, _ in cases], expected, got)
 
 
 def verify_backend(candidate: _Encoder, reference: _Encoder, tokenizer_json: str, sample_texts: list[str], *,
                    max_sample_docs: int = DEFAULT_SAMPLE_DOCS, max_sample_chars: int = DEFAULT_SAMPLE_CHARS,
-                   planned: dict | None = None, planned_ignored: str = "") -> dict:
-    """Compare ``candidate`` with ``reference`` on the hard cases and a sample of ``sample_texts``.
+                   planned: dict | None = None, planned_ignored: str = "",
+                   recorded: list[tuple[str, str, np.ndarray]] | None = None) -> dict:
+    """Compare ``candidate`` with ``reference`` on the hard cases, a sample of ``sample_texts`` and the
+    ``recorded`` documents (ones the candidate already encoded in the task: label, text, its ids).
 
     ``planned`` is the plan's hard-case outcome when this task may trust it (``plan_check``): the hard
     cases are then not encoded again (a recorded failure fails at once); ``planned_ignored`` says why a
@@ -269,7 +288,10 @@ def verify_backend(candidate: _Encoder, reference: _Encoder, tokenizer_json: str
     fixed = [] if planned is not None else hard_cases(tokenizer_json)
     picked = sample_of(sample_texts, max_docs=max_sample_docs, max_chars=max_sample_chars)
     cases = fixed + [(f"task document {i} of the first batch", sample_texts[i]) for i in picked]
-    mismatch = compare_ids(candidate, reference, cases)
+    recorded = recorded or []
+    mismatch = compare_ids(candidate, reference, cases) if cases else None
+    if mismatch is None:
+        mismatch = compare_recorded(reference, recorded)
     record.update(
         passed=mismatch is None,
         hard_cases=planned["hard_cases"] if planned is not None else len(fixed),
@@ -278,6 +300,8 @@ def verify_backend(candidate: _Encoder, reference: _Encoder, tokenizer_json: str
         sample_chars=sum(len(sample_texts[i]) for i in picked),
         elapsed_s=round(time.perf_counter() - started, 3),
     )
+    if recorded:     # documents from every batch of the task, with the ids it wrote (job.encode.Sampler)
+        record.update(spread_documents=len(recorded), spread_chars=sum(len(t) for _, t, _ in recorded))
     if planned_ignored:
         record["plan_check_ignored"] = planned_ignored
     if mismatch is not None:

@@ -1,0 +1,85 @@
+"""Parquet and Arrow inputs: only the text column, in record batches, checked with Arrow compute.
+
+Why: a row's value used to be turned into a Python string and checked by Python code, one row at a
+time.  Here nulls, empty or whitespace-only strings and strings over the byte limit are found with Arrow
+kernels over a whole batch; Python touches only the rows skipped (to record them, in row order) and the
+kept strings are built in C (``to_pylist``).  The policy is ``inputs.readers.row_texts``, which also
+handles any column that is not a string column, and ``--strict``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+from shardprep.errors import InputDataError
+from shardprep.inputs.discover import InputFile
+from shardprep.inputs.fastpath import WHITESPACE, DocBatch
+from shardprep.inputs.readers import SkipLog, row_texts
+
+ROWS_PER_BATCH = 1 << 15
+# Python's str.isspace() characters as an RE2 class: a value matching it whole is an "empty" document.
+_BLANK = "^[" + "".join(f"\\x{{{ord(c):x}}}" for c in WHITESPACE) + "]*$"
+
+
+def _no_column(path: str, column: str, names: list[str]) -> InputDataError:
+    return InputDataError(f"{path}: no column {column!r} (columns: {', '.join(names)}); choose one with --text-field")
+
+
+def column_batch(path: str, values: Any, first_row: int, limit: int, skips: SkipLog) -> DocBatch:
+    """The documents of ``values`` (a pyarrow array of the text column, rows from ``first_row``)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not (pa.types.is_string(values.type) or pa.types.is_large_string(values.type)) or skips.strict:
+        docs = list(row_texts(path, enumerate(values.to_pylist(), first_row), limit, skips))
+        return DocBatch(len(docs), strs=docs)
+    blank = pc.fill_null(pc.match_substring_regex(values, _BLANK), True)
+    too_long = pc.fill_null(pc.greater(pc.binary_length(values), limit), False)
+    bad = pc.or_(blank, too_long)
+    if pc.any(bad).as_py():
+        flags = blank.to_numpy(zero_copy_only=False)
+        for i in bad.to_numpy(zero_copy_only=False).nonzero()[0].tolist():
+            if flags[i]:
+                skips.skip("empty", path, first_row + i + 1, "row")
+            else:
+                skips.skip("too_long", path, first_row + i + 1, f"longer than {limit} bytes")
+        values = pc.filter(values, pc.invert(bad))
+    docs = values.to_pylist()
+    return DocBatch(len(docs), strs=docs)
+
+
+def parquet_batches(inp: InputFile, start: int, end: int | None, column: str, limit: int,
+                    skips: SkipLog) -> Iterator[DocBatch]:
+    """Rows ``[start, end)`` of a parquet file's text column, one row group slice at a time."""
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(inp.path)
+    except Exception as e:
+        raise InputDataError(f"input {inp.path} is not a readable parquet file: {e}") from None
+    names = pf.schema_arrow.names
+    if column not in names:
+        raise _no_column(inp.path, column, names)
+    end = pf.metadata.num_rows if end is None else end
+    row = 0
+    for rg in range(pf.metadata.num_row_groups):
+        n = pf.metadata.row_group(rg).num_rows
+        lo, hi = max(start - row, 0), min(end - row, n)
+        if lo < hi:
+            values = pf.read_row_group(rg, columns=[column]).column(0).slice(lo, hi - lo)
+            for off in range(0, hi - lo, ROWS_PER_BATCH):
+                part = values.slice(off, ROWS_PER_BATCH).combine_chunks()
+                yield column_batch(inp.path, part, row + lo + off, limit, skips)
+        row += n
+        if row >= end:
+            break
+
+
+def arrow_batches(inp: InputFile, start: int, end: int | None, column: str, limit: int,
+                  skips: SkipLog) -> Iterator[DocBatch]:
+    """Rows ``[start, end)`` of an Arrow (``save_to_disk``) file's text column, one record batch at a time."""
+    from shardprep.inputs.arrow import iter_column_slices
+
+    for first, values in iter_column_slices(inp.path, column, start, end):
+        for off in range(0, len(values), ROWS_PER_BATCH):
+            yield column_batch(inp.path, values.slice(off, ROWS_PER_BATCH), first + off, limit, skips)

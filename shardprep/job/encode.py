@@ -1,0 +1,103 @@
+"""A task's documents -> token ids -> its shard: the loop every task runs, in one process or several.
+
+Reading (``inputs.batches``: whole blocks, no Python per document where the input is clean), encoding
+(one backend call per block), BOS/EOS and the shard writer.  While a fast backend encodes, a few of
+its documents per block are kept with the ids it gave them (:class:`Sampler`): the task compares them
+with ``hf`` before its shard may stand (``tokenizer.backend.check_candidate``), so the check covers
+documents from the whole task, not just its start, and costs a few milliseconds.
+
+With several CPUs and a fast backend the blocks are encoded by worker processes (``job.parallel``);
+the shard's bytes do not depend on how many.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, Iterator
+
+import numpy as np
+
+from shardprep.errors import Preempted
+from shardprep.inputs.batches import item_batches
+from shardprep.inputs.fastpath import DocBatch
+from shardprep.inputs.readers import ReadOptions, SkipLog
+from shardprep.tokenizer.backend import Backend, add_boundary_tokens
+
+if TYPE_CHECKING:  # pragma: no cover
+    from shardprep.job.schema import Task
+    from shardprep.shard.writer import ShardWriter
+
+ProgressFn = Callable[[int, int], None]   # (documents, tokens) since the last call
+FIRST_BATCH_CHARS = 1 << 20    # the first batch's sample is taken from its first MiB
+PER_BATCH = 2                  # later batches: their first documents, and their last one
+
+
+@dataclass
+class Sampler:
+    """Documents of the task and the ids the candidate backend gave them, for the check against ``hf``.
+
+    ``first``: texts from the first batch (``verify_backend`` picks evenly spaced ones, as it always
+    did); ``recorded``: from every batch, its first and last documents with their ids.
+    """
+
+    first: list[str] = field(default_factory=list)
+    recorded: list[tuple[str, str, np.ndarray]] = field(default_factory=list)
+    batches: int = 0
+
+    def take(self, batch: DocBatch, flat: np.ndarray, lengths: np.ndarray) -> None:
+        if not batch.docs:
+            return
+        if self.batches == 0:
+            self.first = batch.head_chars(FIRST_BATCH_CHARS)
+        ends = np.cumsum(lengths)
+        picks = [(i, t) for i, t in enumerate(batch.head(PER_BATCH))]
+        if batch.docs > PER_BATCH:
+            picks.append((batch.docs - 1, batch.last()))
+        for i, text in picks:
+            start = int(ends[i - 1]) if i else 0
+            self.recorded.append((f"document {i} of batch {self.batches}", text, flat[start:int(ends[i])].copy()))
+        self.batches += 1
+
+    def merge(self, other: "Sampler") -> None:
+        """Add another process's samples (batches numbered after this one's)."""
+        if not self.batches:
+            self.first = other.first
+        self.recorded += [(f"{label} (+{self.batches})", text, ids) for label, text, ids in other.recorded]
+        self.batches += other.batches
+
+
+@dataclass(frozen=True)
+class Boundaries:
+    """The special ids put around every document (None: none)."""
+
+    bos: int | None
+    eos: int | None
+
+
+def task_batches(task: Task, opts: ReadOptions, skips: SkipLog, block_bytes: int,
+                 prefetch: bool = True) -> Iterator[DocBatch]:
+    """Every batch of the task's items, in order."""
+    for item in task.items:
+        yield from item_batches(item.input, item.work, opts, skips, block_bytes=block_bytes, prefetch=prefetch)
+
+
+def check_stop(stop: object, task: int) -> None:
+    """Raise ``Preempted`` when ``stop`` (job.task's StopFlag, set by SIGUSR1/SIGTERM) is set."""
+    if stop:
+        raise Preempted(f"task {task} stopped on {getattr(stop, 'signal_name', 'a signal')} at a safe point; "
+                        f"temporary shard removed, safe to requeue")
+
+
+def encode_inline(batches: Iterator[DocBatch], backend: Backend, bounds: Boundaries, writer: ShardWriter,
+                  stop: object, task: int, progress: ProgressFn | None, sampler: Sampler | None) -> None:
+    """Encode ``batches`` in this process and write them; stop at a safe point (between batches) when
+    ``stop`` is set."""
+    for batch in batches:
+        flat, lengths = backend.encode(batch)
+        if sampler is not None:
+            sampler.take(batch, flat, lengths)
+        flat, lengths = add_boundary_tokens(flat, lengths, bounds.bos, bounds.eos)
+        writer.add(flat, lengths)
+        if progress:
+            progress(len(lengths), int(flat.size))
+        check_stop(stop, task)
