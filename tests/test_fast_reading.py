@@ -44,11 +44,13 @@ def test_whitespace_is_pythons():
     assert set(fastpath.WHITESPACE) == {chr(c) for c in range(sys.maxunicode + 1) if chr(c).isspace()}
 
 
-def _read(path: Path, item: WorkItem, opts: TokenizeOptions, fast: bool, block: int = 8 << 20) -> tuple:
+def _read(path: Path, item: WorkItem, opts: TokenizeOptions, fast: bool, block: int = 8 << 20,
+          prefetch: bool = False) -> tuple:
     inp = discover_inputs([str(path)])[0]
     skips = SkipLog(strict=opts.strict)
     try:
-        docs = [d for b in item_batches(inp, item, opts, skips, fast=fast, block_bytes=block) for d in b.texts()]
+        docs = [d for b in item_batches(inp, item, opts, skips, fast=fast, block_bytes=block, prefetch=prefetch)
+                for d in b.texts()]
     except Exception as e:          # --strict: the same first error, word for word
         return ("error", type(e).__name__, str(e))
     return docs, skips.counts, skips.examples, skips.nul_bytes, skips.warnings
@@ -91,6 +93,18 @@ def test_fast_path_reads_exactly_what_the_per_line_policy_reads(tmp_path_factory
     want = _read(path, item, opts, fast=False)
     assert _read(path, item, opts, fast=True) == want
     assert _read(path, item, opts, fast=True, block=block) == want
+    assert _read(path, item, opts, fast=True, block=block, prefetch=True) == want       # read ahead in a thread
+
+
+def test_blocks_are_read_ahead_only_where_reads_wait(monkeypatch):
+    from shardprep.inputs import blocks
+    from shardprep.storage.lustre import MountEntry
+
+    table = [MountEntry("/dev/sda1", "/", "ext4", "rw"), MountEntry("10.0.0.1@tcp:/fsx", "/fsx", "lustre", "rw"),
+             MountEntry("nfs:/home", "/home", "nfs4", "rw"), MountEntry("tmpfs", "/dev/shm", "tmpfs", "rw")]
+    monkeypatch.setattr(blocks, "_mounts", lambda: table)
+    assert [blocks.reads_wait(p) for p in ("/data/a.txt", "/fsx/raw/a.txt", "/home/u/a.txt", "/dev/shm/a")] == \
+        [False, True, True, False]
 
 
 def test_fast_path_takes_clean_blocks_and_handles_their_empty_lines(tmp_path, monkeypatch):

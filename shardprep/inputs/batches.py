@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator
 
-from shardprep.inputs.blocks import BLOCK_BYTES, LongLine, Piece, TextBlock, item_blocks, prefetched
+from shardprep.inputs.blocks import (BLOCK_BYTES, LongLine, Piece, TextBlock, item_blocks, prefetched,
+                                     reads_wait)
 from shardprep.inputs.discover import InputFile
 from shardprep.inputs.fastpath import DocBatch, jsonl_block, txt_block
 from shardprep.inputs.health import ItemWatch
@@ -32,13 +33,14 @@ class ReadCount:
 
 
 def item_batches(inp: InputFile, item: WorkItem, opts: ReadOptions, skips: SkipLog, *,
-                 block_bytes: int = BLOCK_BYTES, fast: bool = True, prefetch: bool = False,
+                 block_bytes: int = BLOCK_BYTES, fast: bool = True, prefetch: bool | None = None,
                  watch: bool = True, count: ReadCount | None = None) -> Iterator[DocBatch]:
     """The documents of one work item, in file order, as batches (none empty); skips go to ``skips``.
 
     Exactly the planned bytes or rows are read, and an input that changed while it was read raises
     InputDataError once its item is exhausted.  ``fast`` False reads every block line by line (the
-    policy's definition; tests compare the two); ``prefetch`` reads one block ahead in a thread;
+    policy's definition; tests compare the two); ``prefetch`` reads one block ahead in a thread (None:
+    where reads wait, ``inputs.blocks.reads_wait``);
     ``watch`` False leaves the suspicious-input warning to the caller (who reads an item in pieces);
     ``count`` receives the lines and documents read.
     """
@@ -53,7 +55,7 @@ def item_batches(inp: InputFile, item: WorkItem, opts: ReadOptions, skips: SkipL
 
 
 def _batches(inp: InputFile, item: WorkItem, opts: ReadOptions, skips: SkipLog, block_bytes: int, fast: bool,
-             prefetch: bool, count: ReadCount) -> Iterator[DocBatch]:
+             prefetch: bool | None, count: ReadCount) -> Iterator[DocBatch]:
     if inp.tabular:
         from shardprep.inputs.tabular import arrow_batches, parquet_batches
 
@@ -62,7 +64,7 @@ def _batches(inp: InputFile, item: WorkItem, opts: ReadOptions, skips: SkipLog, 
         yield from rows_then_check(inp, read(inp, item.start, end, opts.text_field, opts.max_doc_bytes, skips))
         return
     pieces: Iterator[Piece] = item_blocks(inp, item.start, item.end, opts.max_doc_bytes, block_bytes=block_bytes)
-    if prefetch:
+    if prefetch or (prefetch is None and reads_wait(inp.path)):
         pieces = prefetched(pieces)
     if inp.format == "txt" and opts.txt_mode == "paragraph":
         yield from _paragraph_batches(pieces, inp.path, item.first_line, opts.max_doc_bytes, skips, count)

@@ -12,12 +12,15 @@ is never held whole: it is consumed in pieces and reported as a :class:`LongLine
 stream (the consumer counts it as ``too_long``).  Line numbers are the consumer's business: it knows how
 many lines each block held once it has cut it into documents, which spares a count of every newline.
 
-Reads can run one block ahead in a thread (``prefetch``): file reads and zlib/zstd decompression release
-the GIL, so waiting on a slow file system or decompressing overlaps with the encoder.
+Reads can run one block ahead in a thread (``prefetched``): file reads and zlib/zstd decompression release
+the GIL, so waiting on a network file system overlaps with the encoder.  It is worth it only where reads
+wait (``reads_wait``: Lustre, NFS, FUSE...); on a local disk or tmpfs the page cache answers in a few
+milliseconds and a block held ahead only adds to the task's memory.
 """
 
 from __future__ import annotations
 
+import functools
 import gzip
 import io
 import os
@@ -226,10 +229,33 @@ def item_blocks(inp: InputFile, start: int, end: int | None, limit: int, *,
         f.close()
 
 
+# File systems whose reads come from memory or a local device in a few milliseconds per block.
+LOCAL_FILE_SYSTEMS = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "zfs", "f2fs", "tmpfs", "ramfs", "overlay",
+                                "squashfs", "devtmpfs"})
+
+
+@functools.lru_cache(maxsize=1)
+def _mounts() -> list:
+    from shardprep.storage.lustre import read_mount_table
+
+    try:
+        return read_mount_table()
+    except OSError:
+        return []
+
+
+def reads_wait(path: str) -> bool:
+    """Whether reading ``path`` waits on a network or cluster file system (worth a block read ahead)."""
+    from shardprep.storage.lustre import mount_for
+
+    mount = mount_for(os.path.abspath(path), _mounts())
+    return mount is not None and mount.fstype not in LOCAL_FILE_SYSTEMS
+
+
 _DONE = object()
 
 
-def prefetched(pieces: Iterator[Piece], depth: int = 2) -> Iterator[Piece]:
+def prefetched(pieces: Iterator[Piece], depth: int = 1) -> Iterator[Piece]:
     """``pieces``, produced up to ``depth`` ahead in a thread (reads and decompression release the GIL).
 
     An exception in the producer is raised here, in order; leaving early stops the producer at its next

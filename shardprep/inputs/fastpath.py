@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import lru_cache
+from operator import attrgetter, itemgetter
 from typing import Any, Callable, cast
 
 import numpy as np
@@ -196,6 +197,9 @@ def _maybe_out_of_range_number(a: np.ndarray) -> bool:
     return bool(((before | np.uint8(0x20)) == ord("e")).any() or (before == ord("+")).any())
 
 
+_FIRST, _TEXT = itemgetter(0), attrgetter("text")
+
+
 @lru_cache(maxsize=8)
 def _row_decoder(key: str) -> Any:
     """A msgspec decoder of ``[{key: str-or-null, ...}]`` lines: the text field only, the rest skipped."""
@@ -222,9 +226,11 @@ def _decode_rows(body: bytes, n: int, key: str) -> list[str | None] | None:
         rows = _row_decoder(key).decode_lines(wrapped)
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
+    finally:
+        del wrapped           # a block's worth of memory: gone before the documents are built
     if len(rows) != n:
         return None
-    return [r[0].text for r in rows]
+    return list(map(_TEXT, map(_FIRST, rows)))
 
 
 def jsonl_block(data: bytes, start: int, lineno: int | None, limit: int, key: str, path: str,

@@ -75,7 +75,7 @@ class Boundaries:
 
 
 def task_batches(task: Task, opts: ReadOptions, skips: SkipLog, block_bytes: int,
-                 prefetch: bool = True) -> Iterator[DocBatch]:
+                 prefetch: bool | None = None) -> Iterator[DocBatch]:
     """Every batch of the task's items, in order."""
     for item in task.items:
         yield from item_batches(item.input, item.work, opts, skips, block_bytes=block_bytes, prefetch=prefetch)

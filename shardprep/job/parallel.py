@@ -127,7 +127,7 @@ def _encode_piece(piece: Piece, opts: ReadOptions, backend: Backend, bounds: Bou
     ids: list[np.ndarray] = []
     lens: list[np.ndarray] = []
     for batch in item_batches(piece.input, piece.work, opts, skips, block_bytes=backend.block_bytes,
-                              prefetch=True, watch=False, count=count):
+                              watch=False, count=count):
         flat, lengths = backend.encode(batch)
         if sampler is not None:
             sampler.take(batch, flat, lengths)
