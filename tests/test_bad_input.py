@@ -81,7 +81,7 @@ def test_zero_document_job_is_an_error(tmp_path, sample_tokenizer):
     f = tmp_path / "blank-texts.jsonl"
     f.write_text('{"text": "  "}\n' * 3)
     proc = _submit(f, tmp_path / "o", sample_tokenizer, check=EXIT_INPUT)
-    assert "zero documents" in proc.stderr and "--text-field" in proc.stderr
+    assert "zero documents" in proc.stderr and "--text-field" in proc.stderr and "--overwrite" in proc.stderr
     assert not (tmp_path / "o" / "index.json").exists()
 
 

@@ -12,9 +12,10 @@ from __future__ import annotations
 import gzip
 import json
 
+import pytest
 from helpers import run_cli
 
-from shardprep.errors import EXIT_INPUT
+from shardprep.errors import EXIT_INPUT, EXIT_USAGE
 
 
 def _jsonl(key: str, n: int = 40) -> str:
@@ -79,3 +80,36 @@ def test_a_field_missing_deeper_in_a_file_is_named_by_its_keys_not_as_binary(tmp
     assert "keys seen in its first lines: id, text, content" in warning and "missing_field 60" in warning
     sidecar = json.loads((out / "shard-00000.json").read_text())
     assert sidecar["documents"] == 5 and "lacks the text field" in sidecar["warnings"][0]
+
+
+def test_the_task_list_is_counted_in_words(tmp_path, sample_tokenizer):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "a.txt").write_text("one document\n")
+    one = run_cli("submit", "-i", raw, "-o", tmp_path / "one", "-t", sample_tokenizer, "--no-progress")
+    assert "1 task(s), 0 done, to run: 1 task (id 0)" in one.stdout
+    for i in range(1, 8):
+        (raw / f"{i}.txt").write_text(f"document {i}\n")
+    plan = run_cli("plan", "-i", raw, "-o", tmp_path / "eight", "-t", sample_tokenizer, "--one-file-per-task")
+    assert "to run: 8 tasks (ids 0-7)" in plan.stdout
+    again = run_cli("submit", "-i", raw, "-o", tmp_path / "eight", "-t", sample_tokenizer, "--one-file-per-task",
+                    "--no-progress")
+    assert "to run: 8 tasks (ids 0-7)" in again.stdout
+
+
+@pytest.mark.parametrize("command", ["plan", "submit"])
+def test_a_tiny_target_task_bytes_is_refused_unless_forced(tmp_path, sample_tokenizer, command):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "a.txt").write_text("".join(f"document {i}\n" for i in range(200)))
+    out = tmp_path / "out"
+    proc = run_cli(command, "-i", raw, "-o", out, "-t", sample_tokenizer, "--target-task-bytes", "8", check=EXIT_USAGE)
+    assert "--target-task-bytes 8 means 8 bytes of input per task, under the 1.0 MiB floor" in proc.stderr
+    assert "suffixes K, M, G" in proc.stderr and "--force-small-tasks" in proc.stderr and not out.exists()
+    run_cli(command, "-i", raw, "-o", out, "-t", sample_tokenizer, "--target-task-bytes", "1M")
+    quiet = ("--no-progress",) if command == "submit" else ()
+    forced = run_cli(command, "-i", raw, "-o", tmp_path / "forced", "-t", sample_tokenizer, "--target-task-bytes",
+                     "512", "--force-small-tasks", *quiet)
+    assert "tasks (ids 0-" in forced.stdout
+    helptext = run_cli(command, "--help").stdout
+    assert "suffixes K, M, G" in " ".join(helptext.split()) and "--force-small-tasks" in helptext
