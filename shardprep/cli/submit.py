@@ -11,6 +11,7 @@ from shardprep.cli._resume import refuse_unapplied_options, replan_conflict
 from shardprep.cli.plan import add_small_tasks_argument, check_plan_arguments, sizing_line
 from shardprep.errors import ConfigError, IncompleteError, PlanConflictError
 from shardprep.executor import Executor, make_executor, task_slots
+from shardprep.executor.slurm.fit import fit_cpus_to_nodes
 from shardprep.job.schema import Job
 from shardprep.job.state import describe_task_ids, job_state, load_job
 from shardprep.shard.index import read_index
@@ -63,6 +64,8 @@ def _resume(args: argparse.Namespace) -> tuple[Path, Job]:
 def run(args: argparse.Namespace) -> int:
     # the executor first: a missing extra or a bad Slurm option fails before anything is planned or written
     name, options = executor_from_args(args, resume=Path(args.resume) if args.resume else None)
+    if name != "local":     # a task bigger than every node would stay pending for ever
+        options = fit_cpus_to_nodes(options, chosen=True, what="each array task")
     executor = make_executor(name, options, finalize=not args.no_finalize)
     if not (args.resume or args.output):
         raise ConfigError("--output is required (or --resume DIR)")
