@@ -43,7 +43,8 @@ def plan(corpus: Path, output: Path, backend: str, target_task_bytes: int | None
     shutil.rmtree(output, ignore_errors=True)
     cmd = [python(), "-m", "shardprep", "plan", "-i", str(corpus), "-o", str(output), "-t", str(GPT2),
            "--backend", backend]
-    cmd += ["--target-task-bytes", str(target_task_bytes)] if target_task_bytes else ["--one-file-per-task"]
+    cmd += (["--target-task-bytes", str(target_task_bytes), "--force-small-tasks"] if target_task_bytes
+            else ["--one-file-per-task"])
     subprocess.run(cmd, check=True, capture_output=True, env={**os.environ, **_env()})
 
 

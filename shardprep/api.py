@@ -14,6 +14,7 @@ from typing import Any, Callable, Sequence
 
 from shardprep.job.options import PlanOptions, TokenizeOptions
 from shardprep.inputs.discover import discover_inputs
+from shardprep.inputs.fields import require_text_field
 from shardprep.job.plan import Plan, existing_plan, make_plan, require_documents_possible, write_plan
 from shardprep.job.sizing import choose_sizing
 from shardprep.shard.format import JOB_FILE
@@ -52,6 +53,7 @@ def _plan_job(inputs: Sequence[str | Path], output: Path, tokenizer: str | Path,
     plan_options = plan_options or PlanOptions()
     found = discover_inputs([str(i) for i in inputs], strict=options.strict)
     require_documents_possible(found)
+    require_text_field(found, options.text_field)       # a sample of each input, before anything is written
     resolved = resolve_tokenizer(str(tokenizer), eos_token=options.eos_token, bos_token=options.bos_token)
     if options.add_eos and resolved.info.eos_id is None:
         from shardprep.errors import TokenizerError

@@ -78,10 +78,10 @@ def test_binary_junk_is_skipped_not_fatal(tmp_path, sample_tokenizer):
 
 
 def test_zero_document_job_is_an_error(tmp_path, sample_tokenizer):
-    f = tmp_path / "wrong-field.jsonl"
-    f.write_text('{"body": "text under another key"}\n' * 3)
+    f = tmp_path / "blank-texts.jsonl"
+    f.write_text('{"text": "  "}\n' * 3)
     proc = _submit(f, tmp_path / "o", sample_tokenizer, check=EXIT_INPUT)
-    assert "zero documents" in proc.stderr and "--text-field" in proc.stderr
+    assert "zero documents" in proc.stderr and "--text-field" in proc.stderr and "--overwrite" in proc.stderr
     assert not (tmp_path / "o" / "index.json").exists()
 
 

@@ -108,7 +108,7 @@ def test_split_large_file_and_pack_small_files(tmp_path, sample_tokenizer):
         (raw / f"small-{i:03d}.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in d))
     out = tmp_path / "out"
     size = (raw / "big.txt").stat().st_size
-    run_cli("submit", "-i", raw, "-o", out, "-t", sample_tokenizer, "--target-task-bytes", str(size // 4 + 1),
+    run_cli("submit", "-i", raw, "-o", out, "-t", sample_tokenizer, "--target-task-bytes", str(size // 4 + 1), "--force-small-tasks",
             "--no-progress", "--chunk-tokens", "4096")
     tasks = [t.items for t in plan_tasks(out)]
     big_tasks = [t for t in tasks if t[0].input.path.endswith("big.txt")]
@@ -152,7 +152,7 @@ def test_plan_then_resubmit_is_idempotent_and_deterministic(tmp_path, sample_tok
     (raw / "b.txt").write_text("\n".join(sample_documents(200, seed=6)) + "\n")
     out1, out2 = tmp_path / "o1", tmp_path / "o2"
     plan = run_cli("plan", "--one-file-per-task", "-i", raw, "-o", out1, "-t", sample_tokenizer)
-    assert "2 task(s)" in plan.stdout and "to run: 0-1" in plan.stdout
+    assert "2 task(s)" in plan.stdout and "to run: 2 tasks (ids 0-1)" in plan.stdout
     assert not list(out1.glob("shard-*.tar"))
     run_cli("submit", "--one-file-per-task", "-i", raw, "-o", out1, "-t", sample_tokenizer, "--no-progress")
     mtimes = {p.name: p.stat().st_mtime_ns for p in out1.glob("shard-*")}

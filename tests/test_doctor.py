@@ -142,9 +142,10 @@ def test_input_problems(tmp_path, sample_tokenizer):
     raw = tmp_path / "raw"
     raw.mkdir()
     (raw / "a.jsonl").write_text("".join(json.dumps({"content": f"document {i}"}) + "\n" for i in range(50)))
-    report = json.loads(doctor("-t", sample_tokenizer, "-o", tmp_path / "o", "-i", raw, "--json", check=False).stdout)
-    c = checks_by_name(report)["input"]
-    assert c["verdict"] == "warn" and "--text-field" in c["fix"]
+    report = json.loads(doctor("-t", sample_tokenizer, "-o", tmp_path / "o", "-i", raw, "--json",
+                               check=EXIT_INPUT).stdout)
+    c = checks_by_name(report)["input"]      # what plan and submit refuse: a fail, naming the keys found
+    assert c["verdict"] == "fail" and "--text-field" in c["fix"] and "keys seen: content" in c["message"]
     report = json.loads(doctor("-t", sample_tokenizer, "-o", tmp_path / "o", "-i", raw, "--text-field", "content",
                                "--json", check=False).stdout)
     assert checks_by_name(report)["input"]["verdict"] == "ok"

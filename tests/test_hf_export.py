@@ -216,7 +216,7 @@ def test_saved_dataset_as_direct_input_gives_the_tokens_of_its_jsonl_export(tmp_
     run_cli("submit", "-i", raw, "-o", via_export, "-t", sample_tokenizer, "--no-progress")
     run_cli("submit", "-i", saved, "-o", direct, "-t", sample_tokenizer, "--no-progress")
     # row-range planning: each arrow file cut into several tasks
-    run_cli("submit", "-i", saved, "-o", split, "-t", sample_tokenizer, "--no-progress", "--target-task-bytes", "40K")
+    run_cli("submit", "-i", saved, "-o", split, "-t", sample_tokenizer, "--no-progress", "--target-task-bytes", "40K", "--force-small-tasks")
 
     reference = shard_documents(via_export)
     assert len(reference) == len(non_empty(texts))
@@ -239,7 +239,7 @@ def test_parquet_directory_as_direct_input_by_row_ranges(tmp_path, sample_tokeni
     jsonl = tmp_path / "jsonl"
     export("parquet", "--data-files", str(pdir / "*.parquet"), "-n", 2, "-o", jsonl)
     a, b = tmp_path / "a", tmp_path / "b"
-    run_cli("submit", "-i", pdir, "-o", a, "-t", sample_tokenizer, "--no-progress", "--target-task-bytes", "8K")
+    run_cli("submit", "-i", pdir, "-o", a, "-t", sample_tokenizer, "--no-progress", "--target-task-bytes", "8K", "--force-small-tasks")
     run_cli("submit", "-i", jsonl, "-o", b, "-t", sample_tokenizer, "--no-progress")
     assert len(plan_tasks(a)) > 2
     assert shard_documents(a) == shard_documents(b)

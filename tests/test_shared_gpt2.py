@@ -23,7 +23,7 @@ def test_gpt2_on_shared_corpus(tmp_path, gpt2_tokenizer, shared_corpus):
         shutil.copy(shared_corpus / name, raw / name)
     (raw / "special.txt").write_text("a raw <|endoftext|> string is text, not a control token\n")
     out = tmp_path / "out"
-    run_cli("submit", "-i", raw, "-o", out, "-t", gpt2_tokenizer, "--no-progress", "--target-task-bytes", "600K")
+    run_cli("submit", "-i", raw, "-o", out, "-t", gpt2_tokenizer, "--no-progress", "--target-task-bytes", "600K", "--force-small-tasks")
     texts = []
     for p in sorted(raw.iterdir()):
         texts.extend(t for t in p.read_text(encoding="utf-8").split("\n") if t.strip())

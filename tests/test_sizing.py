@@ -195,7 +195,7 @@ def test_one_file_per_task_keeps_the_literal_shape(tmp_path, small_files, sample
 
 def test_explicit_target_wins(tmp_path, small_files, sample_tokenizer):
     out = tmp_path / "out"
-    proc = run_cli("plan", "-i", small_files, "-o", out, "-t", sample_tokenizer, "--target-task-bytes", "4K")
+    proc = run_cli("plan", "-i", small_files, "-o", out, "-t", sample_tokenizer, "--target-task-bytes", "4K", "--force-small-tasks")
     job = orjson.loads((out / "job.json").read_bytes())
     assert job["sizing"]["rule"] == "target" and job["plan_options"]["target_task_bytes"] == 4096
     assert len(plan_tasks(out)) > 1 and "[target: --target-task-bytes 4.0 KiB]" in proc.stdout

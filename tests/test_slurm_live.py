@@ -281,7 +281,9 @@ def test_usr1_before_time_limit_requeues_and_the_task_completes(tmp_path, slurm_
 def test_stage_as_a_job_then_tokenize(tmp_path, slurm_cluster, s3_endpoint, corpus6, corpus6_local,
                                       sample_tokenizer):
     """stage --submit --then-tokenize: the stage job copies S3 -> DEST, then submits the tokenize array;
-    the result equals the local run on the same files.  No key reaches the generated script."""
+    the result equals the local run on the same files.  No key reaches the generated script.  The stage
+    job keeps its default CPU request (4), more than the dev partition's nodes have: it is fitted to them
+    instead of sitting pending for ever (issue 23)."""
     bucket = make_bucket(s3_endpoint, "stagejob")
     client = s3_client(s3_endpoint)
     for f in sorted(corpus6.iterdir()):
@@ -292,7 +294,7 @@ def test_stage_as_a_job_then_tokenize(tmp_path, slurm_cluster, s3_endpoint, corp
            "AWS_SECRET_ACCESS_KEY": "env-secret-must-not-leak", "AWS_ACCESS_KEY_ID": "env-key"}
     dest, out = tmp_path / "raw", tmp_path / "shards"
     proc = run_cli("stage", f"s3://{bucket}/raw/", dest, "--endpoint-url", s3_endpoint, "--no-stripe",
-                   "--submit", "--cpus-per-task", "1", "--time", "5",
+                   "--submit", "--time", "5",       # the default 4 CPUs, fitted to the 2-CPU partition
                    "--then-tokenize", "--output", out, "--tokenizer", sample_tokenizer, "--one-file-per-task", *COMMON,
                    env=env)
     job_id = proc.stdout.split()[-1]

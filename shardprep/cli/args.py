@@ -153,8 +153,9 @@ def add_plan_arguments(p: argparse.ArgumentParser, *, required: bool = True) -> 
     add_field(g, "--chunk-tokens", owner=tok, type=int,
               help="pack layout: tokens per sample (documents are never split)")
     add_field(g, "--target-task-bytes", owner=PlanOptions, type=size_arg, shown=size_text,
-              help="input bytes per task: pack smaller files together, split larger uncompressed txt/jsonl "
-                   "(and parquet/arrow) files; default: chosen from the data (docs/slurm.md, 'Task sizing')")
+              help="input bytes per task, with suffixes K, M, G (e.g. 256M): pack smaller files together, split "
+                   "larger uncompressed txt/jsonl (and parquet/arrow) files; default: chosen from the data "
+                   "(docs/slurm.md, 'Task sizing')")
     add_field(g, "--one-file-per-task", owner=PlanOptions, action="store_true",
               help="one task (and one shard) per input file, whatever the sizes")
     add_field(g, "--parallel-tasks", owner=PlanOptions, type=count_arg(), metavar="N",

@@ -4,6 +4,11 @@ Generates a sample corpus (txt, jsonl, jsonl.gz), trains a small byte-level BPE 
 one is given, tokenizes with the local executor, finalizes, verifies, prints a summary and ends by writing
 the report page (``shardprep report``) and printing its path.  Needs no data
 and no network, so it is the first command to run on a new machine.
+
+The demo shows the parallel job shardprep is about: one task (and shard) per generated file, run by a
+pool of workers, and samples of ``DEMO_CHUNK_TOKENS`` tokens, so the shards, the inspect output and the
+report have several of each.  The default sizing would make one task of the whole half MiB (it keeps
+shards above 16 MiB), which shows nothing.
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ from pathlib import Path
 from shardprep.cli.args import count_arg
 from shardprep.errors import IncompleteError
 
+DEMO_CHUNK_TOKENS = 16384   # tokens per sample: several samples per demo shard
+
 NAME = "demo"
 HELP = "run the whole job end to end on a generated sample corpus (no data or network needed)"
 
@@ -23,7 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tokenizer", default=None,
                    help="tokenizer to use instead of training a small byte-level BPE offline")
     p.add_argument("--files", type=count_arg(1), default=6, help="sample corpus files to generate")
-    p.add_argument("--docs-per-file", type=count_arg(1), default=400, help="documents per generated file")
+    p.add_argument("--docs-per-file", type=count_arg(1), default=2000, help="documents per generated file")
     p.add_argument("--workers", type=count_arg(1), default=None, help="parallel task processes (default: usable CPUs)")
 
 
@@ -41,15 +48,18 @@ def run(args: argparse.Namespace) -> int:
     if not args.tokenizer and not Path(tokenizer).exists():
         build_sample_tokenizer(tokenizer)
     shards = work / "shards"
-    tokenize_directory(raw, shards, tokenizer, workers=args.workers, show_progress=True)
+    # overwrite: the demo's own output directory, replanned only when the plan differs (an older demo's)
+    tokenize_directory(raw, shards, tokenizer, workers=args.workers, show_progress=True, overwrite=True,
+                       one_file_per_task=True, chunk_tokens=DEMO_CHUNK_TOKENS)
     bad = verify(shards)
     if bad:
         raise IncompleteError(f"verification failed: {', '.join(b.name for b in bad)}")
     from shardprep.shard.index import read_index
 
     t = read_index(shards).totals
-    print(f"demo: {t.shards} shard(s) in {shards}: {t.documents:,} documents, {t.tokens:,} tokens, "
-          f"{t.bytes:,} bytes; verified")
+    print(f"demo: {t.shards} task(s), one per input file (--one-file-per-task), each writing one shard in "
+          f"{shards}: {t.documents:,} documents, {t.tokens:,} tokens in {t.samples:,} samples (a sample: whole "
+          f"documents up to --chunk-tokens {DEMO_CHUNK_TOKENS:,}), {t.bytes:,} bytes; verified")
     print(f"next: shardprep status {shards}; shardprep inspect {shards}/shard-00000.tar --decode 2")
     inspect_cmd.run(argparse.Namespace(shard=str(shards / "shard-00000.tar"), decode=1, tokenizer=None, max_chars=200))
     _write_report(shards)

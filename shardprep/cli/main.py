@@ -100,6 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(command_module(argv))
     args = parser.parse_args(argv)
+    args.typed_argv = argv       # what was typed, for commands that must tell a typed default from none
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

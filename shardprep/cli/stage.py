@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 
 from shardprep.cli._transfer import finish, print_dry_run
 from shardprep.cli.args import (add_field, add_stage_submit_arguments, add_stripe_arguments, add_transfer_arguments,
-                                field_default, stage_job_from_args, stripe_layout_from_args, transfer_options_from_args)
+                                field_default, slurm_options_from_args, stage_job_from_args, stripe_layout_from_args,
+                                transfer_options_from_args)
 from shardprep._extras import require
 from shardprep.errors import ConfigError
 
@@ -59,6 +60,18 @@ def options_from_args(args: argparse.Namespace) -> StageOptions:
     return transfer_options_from_args(StageOptions, args, layout=layout, engine=args.engine)
 
 
+def _check_then_submit(submit_argv: list[str]) -> None:
+    """What ``submit`` itself would refuse after argparse, checked now rather than after the staging: a
+    tiny --target-task-bytes, and Slurm tasks bigger than any node of their partition."""
+    from shardprep.cli.main import build_parser
+    from shardprep.cli.plan import check_plan_arguments
+    from shardprep.executor.slurm.fit import fit_cpus_to_nodes
+
+    parsed = build_parser("submit").parse_args(["submit", *submit_argv])
+    check_plan_arguments(parsed)
+    fit_cpus_to_nodes(slurm_options_from_args(parsed), chosen=True, what="each tokenize array task")
+
+
 def run(args: argparse.Namespace) -> int:
     from shardprep.staging.plan import plan_stage
     from shardprep.staging.stage import stage_prefix
@@ -69,9 +82,13 @@ def run(args: argparse.Namespace) -> int:
     if args.then_tokenize is not None and not args.submit:
         raise ConfigError("--then-tokenize needs --submit (it runs inside the Slurm stage job)")
     if args.submit:
+        from shardprep.executor.slurm.fit import fit_cpus_to_nodes
         from shardprep.executor.slurm.stage_job import submit_stage
 
         slurm, then_submit = stage_job_from_args(args, Path(options.dest).resolve())
+        slurm = fit_cpus_to_nodes(slurm, chosen=hasattr(args, "cpus_per_task"), what="the stage job")
+        if then_submit:
+            _check_then_submit(then_submit)
         record = submit_stage(options, slurm, then_submit, dry_run=args.dry_run)
         print(record["script"] if args.dry_run else record["job_id"])
         return 0

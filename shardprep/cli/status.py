@@ -9,15 +9,17 @@ from pathlib import Path
 
 from shardprep.errors import EXIT_INCOMPLETE
 from shardprep.executor.slurm.state import as_json, collect, format_view
+from shardprep.job.advice import rerun_advice, resume_command
 from shardprep.job.progress import JobProgress, activity, estimate, planned_input_bytes
 from shardprep.job.schema import Job
 from shardprep.job.state import JobState, format_array_ranges, job_state, load_job
 from shardprep.report.fmt import duration, human_bytes, number, rate
-from shardprep.report.logs import TAIL_BYTES, read_task_logs
+from shardprep.report.logs import TAIL_BYTES, TaskLog, read_task_logs
 from shardprep.shard.format import INDEX_FILE, LOG_DIR
 
 NAME = "status"
 HELP = "show done/missing tasks, totals, throughput so far and the job's ETA of an output directory"
+MISSING_SHOWN = 10      # tasks whose reason for not being done is listed
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -25,9 +27,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print machine-readable JSON instead of text")
 
 
-def job_progress(output: Path, job: Job, state: JobState, slurm: dict | None, now: float) -> JobProgress:
-    """``job.progress.estimate`` on a local output: each log read only up to its last attempt."""
-    logs = read_task_logs(output / LOG_DIR, TAIL_BYTES)
+def job_progress(output: Path, job: Job, state: JobState, slurm: dict | None, now: float,
+                 logs: dict[int, TaskLog]) -> JobProgress:
+    """``job.progress.estimate`` on a local output, from the task logs (each read up to its last attempt)."""
     running, pending = activity(state.done, logs, slurm)
     return estimate(state.n_tasks, planned_input_bytes(output, job), state.done, logs, now,
                     running=running, pending=pending)
@@ -50,6 +52,33 @@ def progress_lines(p: JobProgress) -> list[str]:
     return lines
 
 
+def why_missing(state: JobState, logs: dict[int, TaskLog], shown: int = MISSING_SHOWN) -> list[str]:
+    """Why tasks are not done, for those with more to say than "no sidecar": a sidecar that does not check
+    out (torn, another plan's, a shard of the wrong size), or a failure in the task's log."""
+    lines = []
+    for t in state.missing:
+        problem = state.problems[t]
+        log = logs.get(t)
+        if problem == "no sidecar":
+            if log is None or log.status != "failed":
+                continue
+            problem = f"failed: {log.reason}"
+        lines.append(f"task {t}: {problem}")
+    return lines[:shown] + ([f"(+{len(lines) - shown} more)"] if len(lines) > shown else [])
+
+
+def index_line(output: Path, state: JobState, finalized: bool, slurm: dict | None) -> str:
+    """Where index.json stands, and what writes it next (a queued finalize job, `finalize`, or the tasks)."""
+    if finalized:
+        return "written"
+    if not state.complete:
+        return f"not yet: {len(state.missing):,} task(s) not done (finalize writes it once all are)"
+    fin = (slurm or {}).get("finalize") or {}
+    if fin.get("state") in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING"):
+        return f"not yet (finalize job {fin['job_id']} is {fin['state'].lower()} and will write it)"
+    return f"not yet (run shardprep finalize {output})"
+
+
 def run(args: argparse.Namespace) -> int:
     output = Path(args.output)
     job = load_job(output)
@@ -59,7 +88,8 @@ def run(args: argparse.Namespace) -> int:
     view = collect(output, state)
     slurm = as_json(view) if view else None
     now = time.time()
-    progress = job_progress(output, job, state, slurm, now)
+    logs = read_task_logs(output / LOG_DIR, TAIL_BYTES)
+    progress = job_progress(output, job, state, slurm, now, logs)
     if args.json:
         import orjson
 
@@ -73,11 +103,16 @@ def run(args: argparse.Namespace) -> int:
         print(f"{output}: plan {job.fingerprint[:12]}, {state.n_tasks} task(s)")
         print(f"  done:     {len(state.done)}")
         print(f"  missing:  {len(state.missing)}" + (f"  [{format_array_ranges(state.missing)}]" if state.missing else ""))
+        for line in why_missing(state, logs):
+            print(f"    {line}")
         print(f"  documents {totals['documents']:,}, tokens {totals['tokens']:,}, bytes {totals['bytes']:,}, "
               f"skipped {totals['skipped']:,}")
         for line in progress_lines(progress):
             print(line)
-        print(f"  index.json: {'written' if finalized else 'not yet (run shardprep finalize)'}")
+        print(f"  index.json: {index_line(output, state, finalized, slurm)}")
         for line in format_view(output, view) if view else []:
             print(line)
+        if state.missing and not view and not progress.running:    # (the Slurm view has its own next step)
+            failed = any(logs[t].status == "failed" for t in state.missing if t in logs)
+            print(f"  next: {rerun_advice(output) if failed else f'`{resume_command(output)}` runs the tasks not done'}")
     return 0 if state.complete else EXIT_INCOMPLETE

@@ -7,11 +7,13 @@ from pathlib import Path
 
 from shardprep.cli.args import (add_executor_arguments, add_plan_arguments, add_slurm_arguments, executor_from_args,
                                 plan_from_args)
-from shardprep.errors import ConfigError
-from shardprep.cli.plan import sizing_line
+from shardprep.cli._resume import refuse_unapplied_options, replan_conflict
+from shardprep.cli.plan import add_small_tasks_argument, check_plan_arguments, sizing_line
+from shardprep.errors import ConfigError, IncompleteError, PlanConflictError
 from shardprep.executor import Executor, make_executor, task_slots
+from shardprep.executor.slurm.fit import fit_cpus_to_nodes
 from shardprep.job.schema import Job
-from shardprep.job.state import format_array_ranges, job_state, load_job, read_frozen_tokenizer
+from shardprep.job.state import describe_task_ids, job_state, load_job, read_frozen_tokenizer
 from shardprep.shard.index import read_index
 from shardprep.storage.lock import output_lock
 
@@ -24,11 +26,13 @@ frozen plan without re-specifying it."""
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_plan_arguments(p, required=False)
+    add_small_tasks_argument(p)
     g = p.add_argument_group("execution")
     add_executor_arguments(g)
     g.add_argument("--resume", metavar="DIR", default=None,
-                   help="continue the frozen plan in DIR: launch exactly its missing tasks (refuses if the plan "
-                        "or tokenizer changed)")
+                   help="continue the frozen plan in DIR as it is: launch exactly its missing tasks.  Executor and "
+                        "Slurm options apply; plan options (--text-field, --layout, ...) that differ from the plan "
+                        "are refused (re-plan with --overwrite to change them)")
     g.add_argument("--dry-run", action="store_true", help="plan and show what would run; run/submit nothing")
     g.add_argument("--no-finalize", action="store_true", help="do not write index.json after the tasks")
     add_slurm_arguments(p)
@@ -40,19 +44,32 @@ def _resume(args: argparse.Namespace) -> tuple[Path, Job]:
         raise ConfigError(f"--output {args.output} and --resume {args.resume} name different directories")
     job = load_job(output)
     read_frozen_tokenizer(output, job)
-    if args.input or args.tokenizer:  # a full command line was given as well: it must match the frozen plan
-        args.output = str(output)
-        # no task slots: the frozen plan's sizing is kept; any difference raises PlanConflictError
+    if not (args.input or args.tokenizer):
+        refuse_unapplied_options(args, output, job)
+        return output, job
+    # a full command line was given as well: it must match the frozen plan
+    if args.overwrite:
+        refuse_unapplied_options(args, output, job)            # --resume with --overwrite: one line
+    args.output = str(output)
+    try:    # no task slots: the frozen plan's sizing is kept; any difference raises PlanConflictError
         _, job = plan_from_args(args)
+    except PlanConflictError as e:
+        raise replan_conflict(e, output) from None
     return output, job
 
 
 def run(args: argparse.Namespace) -> int:
     # the executor first: a missing extra or a bad Slurm option fails before anything is planned or written
     name, options = executor_from_args(args, resume=Path(args.resume) if args.resume else None)
+    if name != "local":     # a task bigger than every node would stay pending for ever
+        options = fit_cpus_to_nodes(options, chosen=True, what="each array task")
     executor = make_executor(name, options, finalize=not args.no_finalize)
     if not (args.resume or args.output):
         raise ConfigError("--output is required (or --resume DIR)")
+    if args.resume and not Path(args.resume).exists():      # a file is output_lock's "is a file"
+        raise IncompleteError(f"--resume {args.resume}: no such directory",
+                              hint="give the --output directory of an earlier plan or submit")
+    check_plan_arguments(args)
     slots = None if args.resume else task_slots(name, options)      # what the sizing rule divides by
     # one writer per output directory: held while planning and launching (for the local executor, until
     # the last task and finalize are done; for Slurm, until the jobs are submitted)
@@ -69,7 +86,7 @@ def _plan_and_launch(args: argparse.Namespace, executor: Executor, slots: tuple[
         print(sizing_line(job))
     state = job_state(output, job)
     todo = state.missing
-    print(f"{output}: {state.n_tasks} task(s), {len(state.done)} done, to run: {format_array_ranges(todo) or 'none'}")
+    print(f"{output}: {state.n_tasks} task(s), {len(state.done)} done, to run: {describe_task_ids(todo)}")
     report = executor.launch(output, todo, dry_run=args.dry_run)
     for script in report.scripts:
         print(script)

@@ -171,12 +171,14 @@ def _read_sample(ctx: Context) -> dict:
 
 def check_input(ctx: Context) -> Check:
     from shardprep.inputs.discover import discover_inputs
+    from shardprep.inputs.fields import require_text_field
 
     if not ctx.inputs:
         return Check("input", OK, "no --input given: not checked (speed uses generated text; no size estimate)",
                      "pass --input to check the data and estimate the output size", {"skipped": True}, EXIT_INPUT)
     try:
         ctx.found = discover_inputs(ctx.inputs)
+        require_text_field(ctx.found, ctx.text_field)       # what plan and submit refuse
         ctx.text_bytes = sum(_text_bytes(i) for i in ctx.found)
         skipped = _read_sample(ctx)
     except ShardprepError as e:
@@ -196,9 +198,6 @@ def check_input(ctx: Context) -> Check:
            f"(`plan` prints the exact tasks; --one-file-per-task: {len(ctx.found):,})")
     if ctx.sample:
         ctx.sample_source = f"the first documents of {ctx.found[0].path}"
-    elif skipped.get("missing_field"):
-        return Check("input", WARN, msg + f"; no document in the sample has the field {ctx.text_field!r}",
-                     "name the text field with --text-field (jsonl key / parquet or arrow column)", details, EXIT_INPUT)
     if ctx.input_warnings:
         details["suspicious_inputs"] = ctx.input_warnings
         return Check("input", WARN, msg + f"; {len(ctx.input_warnings)} sampled input(s) look binary or "

@@ -20,6 +20,7 @@ from shardprep.errors import ConfigError, IncompleteError, ShardprepError
 from shardprep.executor.base import LaunchReport
 from shardprep.executor.local_workers import (WorkerEvents, describe_deaths, init_worker, run_in_worker,
                                               stop_workers)
+from shardprep.job.advice import rerun_advice
 from shardprep.job.finalize import finalize
 from shardprep.job.resources import usable_cpus
 from shardprep.shard.format import shard_name, sidecar_name
@@ -115,13 +116,12 @@ def task_failure(failures: list[tuple[str, str]], output: Path) -> ShardprepErro
     Why: ``run-task`` exits 3 on bad input; a local ``submit`` of the same plan must say 3 as well, not
     the generic 5 ("incomplete").  Tasks failing for different reasons (or crashing) give 5.
     """
-    classes = {error for _, error in failures}
-    cls = getattr(errors, classes.pop(), None) if len(classes) == 1 else None
-    if not (isinstance(cls, type) and issubclass(cls, ShardprepError)):
-        cls = IncompleteError
+    found = {getattr(errors, error, None) for _, error in failures}
+    known = {c for c in found if isinstance(c, type) and issubclass(c, ShardprepError)}
+    cls = next(iter(known)) if len(found) == 1 and known else IncompleteError
     messages = sorted(m for m, _ in failures)
-    return cls(f"{len(failures)} task(s) failed: " + "; ".join(messages[:5]),
-               hint=f"fix the cause, then `shardprep submit --resume {output}`")
+    codes = {c.exit_code for c in known} if known == found else None     # None: a crash among them
+    return cls(f"{len(failures)} task(s) failed: " + "; ".join(messages[:5]), hint=rerun_advice(output, codes))
 
 
 def _drop_unfinished(output: Path, task_ids: list[int]) -> None:

@@ -14,6 +14,7 @@ part of the dataset, so the file list always comes from ``state.json``.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import logging
 import os
 from pathlib import Path
@@ -69,8 +70,10 @@ def saved_dataset_files(directory: str | os.PathLike) -> list[str]:
     return files
 
 
-def _batches(path: str) -> Iterator[Any]:
-    """Record batches of an Arrow IPC file (stream or file format), memory-mapped, one at a time."""
+@contextlib.contextmanager
+def _ipc_reader(path: str) -> Iterator[Any]:
+    """An Arrow IPC reader of ``path`` (file format: ``RecordBatchFileReader``, else a stream reader),
+    memory-mapped; errors name the file."""
     import pyarrow as pa
 
     try:
@@ -81,14 +84,25 @@ def _batches(path: str) -> Iterator[Any]:
         try:
             is_file_format = source.read(len(_FILE_MAGIC)) == _FILE_MAGIC
             source.seek(0)
-            if is_file_format:
-                reader = pa.ipc.open_file(source)
-                for i in range(reader.num_record_batches):
-                    yield reader.get_batch(i)
-            else:
-                yield from pa.ipc.open_stream(source)
+            yield pa.ipc.open_file(source) if is_file_format else pa.ipc.open_stream(source)
         except pa.ArrowInvalid as e:
             raise InputDataError(f"input {path} is not a readable Arrow IPC file: {e}") from None
+
+
+def _batches(path: str) -> Iterator[Any]:
+    """Record batches of an Arrow IPC file (stream or file format), memory-mapped, one at a time."""
+    with _ipc_reader(path) as reader:
+        if hasattr(reader, "num_record_batches"):      # the file format
+            for i in range(reader.num_record_batches):
+                yield reader.get_batch(i)
+        else:
+            yield from reader
+
+
+def column_names(path: str) -> list[str]:
+    """The columns of an Arrow file, from its schema (the first message; no batch is read)."""
+    with _ipc_reader(path) as reader:
+        return list(reader.schema.names)
 
 
 def count_rows(path: str) -> int:

@@ -50,12 +50,25 @@ class ItemWatch:
         self.nul_before = skips.nul_bytes
 
     def finish(self, inp: "InputFile", item: "WorkItem", kept: int, skips: "SkipLog") -> None:
-        why = suspicion(kept, {r: skips.counts[r] - self.before[r] for r in TELLING},
-                        skips.nul_bytes - self.nul_before)
+        skipped = {r: skips.counts[r] - self.before[r] for r in TELLING}
+        nul_bytes = skips.nul_bytes - self.nul_before
+        why = suspicion(kept, skipped, nul_bytes)
         if why:
             total = (inp.rows if inp.tabular else inp.size) or 0
             whole = item.start == 0 and (item.end is None or item.end >= total)
             where = inp.path if whole else f"{inp.path} [{item.start}:{item.end}]"
-            message = f"input {where} looks binary or mis-encoded: {why}"
+            only_missing_field = not nul_bytes and not any(n for r, n in skipped.items() if r != "missing_field")
+            message = f"input {where} {_looks(inp) if only_missing_field else 'looks binary or mis-encoded'}: {why}"
             log.warning("%s", message)
             skips.warnings.append(message)
+
+
+def _looks(inp: "InputFile") -> str:
+    """What an input whose only sign is skipped ``missing_field`` documents lacks (not "binary": the keys
+    it has instead, which name the --text-field to choose)."""
+    if inp.tabular:
+        return "holds no text in most rows of its text column (the values are not strings)"
+    from shardprep.inputs.fields import jsonl_head
+
+    keys = jsonl_head(inp, None).keys_text() or "none"
+    return f"lacks the text field in most lines (keys seen in its first lines: {keys}; choose one with --text-field)"

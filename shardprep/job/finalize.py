@@ -11,6 +11,7 @@ from pathlib import Path
 
 from shardprep.errors import IncompleteError, InputDataError
 from shardprep.job.plan_files import check_task_count
+from shardprep.job.advice import replan_advice
 from shardprep.job.schema import CREATED_BY, Job
 from shardprep.shard.index import Index, IndexShard, IndexTokenizer, IndexTotals
 from shardprep.storage.lock import output_lock
@@ -48,7 +49,8 @@ def build_index(output: Path) -> Index:
     if totals["documents"] == 0:
         raise InputDataError(
             f"the job in {output} produced zero documents (skipped: {skipped})",
-            hint="check --text-field / --txt-mode and the input files; see the shard sidecars' skipped_examples",
+            hint="check --text-field / --txt-mode and the input files (the sidecars' skipped_examples); "
+                 + replan_advice(output),
         )
     return Index(
         format_version=FORMAT_VERSION, created_by=CREATED_BY, plan_fingerprint=job.fingerprint,

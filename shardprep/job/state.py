@@ -127,6 +127,19 @@ def format_array_ranges(ids: Iterable[int]) -> str:
     return ",".join(out)
 
 
+def describe_task_ids(ids: Iterable[int]) -> str:
+    """``[0]`` -> ``"1 task (id 0)"``, ``[0, ..., 7]`` -> ``"8 tasks (ids 0-7)"``, ``[]`` -> ``"none"``.
+
+    Why words: a bare ``to run: 0`` (array syntax for task 0) read as "nothing to run" right before the
+    job ran; the count says how much, the ids say which.
+    """
+    items = sorted(set(ids))
+    if not items:
+        return "none"
+    return (f"{len(items):,} task{'s' if len(items) > 1 else ''} "
+            f"(id{'s' if len(items) > 1 else ''} {format_array_ranges(items)})")
+
+
 def parse_array_ranges(text: str) -> list[int]:
     """Inverse of :func:`format_array_ranges` (accepts ``%N`` suffix and ``a-b:step``)."""
     text = text.split("%", 1)[0].strip()

@@ -96,6 +96,7 @@ class Output:
     tokenizer_json: str | None           # the frozen tokenizer.json, when present
     chunk_tokens: int | None = None
     target_task_bytes: int | None = None
+    sizing_rule: str | None = None       # how target_task_bytes was chosen: auto | target | one-file-per-task
     tasks: list[Task] = field(default_factory=list)
     logs: dict[int, TaskLog] = field(default_factory=dict)
     slurm: dict | None = None            # ``status --json``'s Slurm view, for jobs submitted to Slurm
@@ -215,7 +216,8 @@ def _describe(location: str, job: Job | None, index: Index | None) -> Output:
                       tokenizer={**job.tokenizer.to_dict(), "add_eos": job.options.add_eos,
                                  "add_bos": job.options.add_bos},
                       tokenizer_json=tokenizer_json, chunk_tokens=job.options.chunk_tokens,
-                      target_task_bytes=job.plan_options.target_task_bytes)
+                      target_task_bytes=job.plan_options.target_task_bytes,
+                      sizing_rule=job.sizing.rule if job.sizing is not None else "target")
     if index is not None:
         return Output(location=location, finalized=True, layout=index.layout, dtype=index.dtype,
                       fingerprint=index.plan_fingerprint, tokenizer=index.tokenizer.to_dict(),

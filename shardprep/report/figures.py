@@ -72,6 +72,16 @@ def _integer_ticks(axis: Any) -> None:
     axis.set_major_locator(MaxNLocator(integer=True))
 
 
+def _index_axis(axis: Any, set_lim: Any, lo: int, hi: int) -> None:
+    """An axis of whole numbers ``lo``..``hi`` (shard ranks, task ids): half a step of margin each side and
+    ticks on whole numbers only, so a 1-task job shows one tick at its id (not 0.30-1.65, or -0.4-0.4)."""
+    set_lim(lo - 0.5, hi + 0.5)
+    if hi - lo < 10:
+        axis.set_ticks(range(lo, hi + 1))
+    else:
+        _integer_ticks(axis)
+
+
 def _doc_lengths(plt: Any, n: dict) -> Figure | None:
     d = n["doc_lengths"]
     hist = d["histogram"]
@@ -107,17 +117,17 @@ def _shard_tokens(plt: Any, n: dict) -> Figure | None:
     else:
         ax.fill_between(x, tokens, step="mid", color=COLORS[0], alpha=0.85, rasterized=len(tokens) > RASTER)
     if s["target_tokens"]:
+        chosen = ("--target-task-bytes " if s["target_rule"] == "target" else "auto sizing: ") + \
+            f"{human_bytes(s['target_task_bytes'])} of input per task"
         ax.axhline(s["target_tokens"], color=COLORS[3], linestyle="--", linewidth=1.4,
-                   label=f"target ≈ {compact(s['target_tokens'])} tokens "
-                         f"(--target-task-bytes {human_bytes(s['target_task_bytes'])})")
+                   label=f"target ≈ {compact(s['target_tokens'])} tokens ({chosen})")
     ax.axhline(s["tokens"]["mean"], color="#222", linestyle=":", linewidth=1.2,
                label=f"mean {compact(s['tokens']['mean'])}")
     ax.yaxis.set_major_formatter(plt.FuncFormatter(compact))
-    ax.set_xlim(0.3, len(tokens) + 0.7)
+    _index_axis(ax.xaxis, ax.set_xlim, 1, len(tokens))
     ax.set_xlabel(f"shards, largest first ({count(len(tokens))})")
     ax.set_ylabel("tokens")
     ax.set_ylim(0, max(tokens[0], s["target_tokens"] or 0) * 1.08)
-    _integer_ticks(ax.xaxis)
     _legend_above(ax)
     title = "Tokens per shard"
     ax.set_title(f"{title} (largest / mean = {s['max_over_mean']:.2f})", loc="left")
@@ -150,7 +160,7 @@ def _tasks(plt: Any, n: dict) -> Figure | None:
     bottom.set_ylabel("seconds")
     bottom.set_title("Duration per task", loc="left")
     bottom.set_xlabel("task")
-    _integer_ticks(bottom.xaxis)
+    _index_axis(bottom.xaxis, bottom.set_xlim, min(r["task"] for r in rows), max(r["task"] for r in rows))
     return _render(plt, fig, "tasks", "Tasks: throughput and duration", "per task, coloured by backend")
 
 
@@ -160,7 +170,7 @@ def _timeline(plt: Any, n: dict) -> Figure | None:
     if not rows or t0 is None:
         return None
     fig, ax = plt.subplots(figsize=(WIDTH, HEIGHT))
-    colors = {"done": COLORS[0], "running": COLORS[1], "failed": COLORS[3]}
+    colors = {"done": COLORS[0], "running": COLORS[1], "failed": COLORS[3], "missing": COLORS[5]}
     for status, color in colors.items():
         mine = [r for r in rows if r["status"] == status]
         if not mine:
@@ -170,8 +180,8 @@ def _timeline(plt: Any, n: dict) -> Figure | None:
                   linewidth=max(0.5, min(6.0, 240 / len(rows))), label=status, rasterized=len(rows) > RASTER)
     ax.set_xlabel("seconds since the first task started")
     ax.set_ylabel("task")
+    _index_axis(ax.yaxis, ax.set_ylim, min(r["task"] for r in rows), max(r["task"] for r in rows))
     ax.invert_yaxis()
-    _integer_ticks(ax.yaxis)
     _legend_above(ax)
     elapsed = n["progress"]["elapsed_s"]
     ax.set_title(f"Task timeline (from logs/; wall time {duration(elapsed)})", loc="left")

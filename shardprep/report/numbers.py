@@ -89,7 +89,7 @@ def shard_numbers(out: Output) -> dict:
     top, mean = stats["max"], stats["mean"]
     return {
         "count": len(done), "tokens": stats, "target_tokens": target,
-        "target_task_bytes": out.target_task_bytes,
+        "target_task_bytes": out.target_task_bytes, "target_rule": out.sizing_rule if target else None,
         "max_over_mean": top / mean if top is not None and mean else None,
         "per_shard": [{"task": s.task, "shard": s.shard, "tokens": s.tokens, "documents": s.documents,
                        "bytes": s.bytes} for s in done],
@@ -97,10 +97,13 @@ def shard_numbers(out: Output) -> dict:
 
 
 def _task_row(t: Task, out: Output) -> dict:
+    """One task: done only when its sidecar checks out (as ``status`` and ``finalize`` decide); a log that
+    says done without such a sidecar (torn, removed, another plan's) is ``missing``, with the problem."""
     lg = out.logs.get(t.task)
     s = t.sidecar
+    status = "done" if s else "not started" if lg is None else "missing" if lg.status == "done" else lg.status
     return {
-        "task": t.task, "status": "done" if s else (lg.status if lg else "not started"),
+        "task": t.task, "status": status, "problem": t.problem,
         "elapsed_s": s.elapsed_s if s else None,
         "tokens": s.tokens if s else None,
         "mtok_per_s": s.tokens_per_s / 1e6 if s and s.tokens_per_s is not None else None,

@@ -69,13 +69,62 @@ def _load_json_file(path: Path) -> str:
         ) from None
 
 
+# What transformers can build a fast tokenizer from, in a directory without tokenizer.json.
+TOKENIZER_FILES = ("tokenizer_config.json", "tokenizer.model", "spiece.model", "sentencepiece.bpe.model",
+                   "vocab.json", "merges.txt", "vocab.txt", "special_tokens_map.json")
+HUB_PROBE_S = 3.0
+
+
+def _require_tokenizer_files(directory: Path) -> None:
+    """A directory without tokenizer.json must hold something transformers can read: say what it lacks
+    (transformers' own message lists the backends it tried, an empty list for an empty directory)."""
+    if any((directory / name).is_file() for name in TOKENIZER_FILES):
+        return
+    held = sorted(p.name for p in directory.iterdir())[:8]
+    raise TokenizerError(f"tokenizer directory {directory} holds no tokenizer files: no tokenizer.json, and none of "
+                         f"{', '.join(TOKENIZER_FILES)} ({'it holds: ' + ', '.join(held) if held else 'it is empty'})",
+                         hint="pass the directory a tokenizer was saved into (save_pretrained), or its tokenizer.json")
+
+
+def _hub_unreachable() -> str | None:
+    """Why the Hugging Face hub cannot be reached (one TCP connection, ``HUB_PROBE_S`` at most), or None.
+
+    Why: without network the hub library retries each request with back-off, ~40 s before the error.  A
+    proxy in the environment is the proxy's business: not probed (None)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    if any(os.environ.get(k) for k in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY",
+                                       "all_proxy")):
+        return None
+    url = urlsplit(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        socket.create_connection((url.hostname or "", port), timeout=HUB_PROBE_S).close()
+    except OSError as e:
+        return f"{url.scheme}://{url.netloc} cannot be reached ({e.strerror or e})"
+    return None
+
+
+def _hub_offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+
+
 def _load_with_transformers(spec: str) -> tuple[str, dict[str, str]]:
+    hub_id = not Path(spec).is_dir()
+    unreachable = _hub_unreachable() if hub_id and not _hub_offline() else None
     AutoTokenizer = require("transformers", feature=f"loading tokenizer {spec!r} (a hub id, or a directory "
                             "without tokenizer.json)").AutoTokenizer
-    try:
-        tok = AutoTokenizer.from_pretrained(spec, use_fast=True)
+    try:    # unreachable: the local cache only (what the hub library falls back to after its retries)
+        tok = AutoTokenizer.from_pretrained(spec, use_fast=True, local_files_only=bool(unreachable))
     except Exception as e:
-        offline = os.environ.get("HF_HUB_OFFLINE") in ("1", "true", "True")
+        if unreachable:
+            raise TokenizerError(f"cannot load tokenizer {spec!r}: it is not in the local Hugging Face cache and "
+                                 f"the hub {unreachable}",
+                                 hint="give a local tokenizer.json or directory (save one where the hub is "
+                                      "reachable: AutoTokenizer.from_pretrained(ID).save_pretrained(DIR)), or set "
+                                      "HF_ENDPOINT / HTTPS_PROXY") from None
+        offline = _hub_offline()
         raise TokenizerError(
             f"cannot load tokenizer {spec!r}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
             hint="give a local tokenizer.json or directory" + ("" if offline else ", or check network/HF_TOKEN"),
@@ -125,6 +174,7 @@ def resolve_tokenizer(spec: str, *, eos_token: str | None = None, bos_token: str
             tok_json = _load_json_file(path / "tokenizer.json")
             special = special_from_config(path)
         else:
+            _require_tokenizer_files(path)
             tok_json, special = _load_with_transformers(str(path))
     elif _looks_like_path(spec):
         raise TokenizerError(f"tokenizer {spec} does not exist")

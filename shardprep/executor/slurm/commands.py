@@ -86,6 +86,15 @@ def partition_cpus(partition: str | None) -> tuple[int, str] | None:
     return (usable, name) if usable > 0 else None
 
 
+def largest_node_cpus(partition: str | None) -> tuple[int, str] | None:
+    """(CPUs of the largest node of ``partition`` (default: the default partition), its name), from
+    ``sinfo -N``; None when sinfo cannot say.  A job's CPUs must fit on one node (``executor.slurm.fit``)."""
+    rows = _optional_query(["sinfo", "-h", "-N", "-o", "%P|%c"] + (["-p", partition] if partition else []))
+    mine = [r for r in rows or [] if len(r) == 2 and (partition or r[0].endswith("*"))]
+    cpus = [int(r[1].rstrip("+")) for r in mine if r[1].rstrip("+").isdigit()]
+    return (max(cpus), mine[0][0].rstrip("*")) if cpus else None
+
+
 @dataclass(frozen=True)
 class QueueEntry:
     """One array element (or plain job) as squeue/sacct report it."""

@@ -48,11 +48,28 @@ AWS_SETTINGS = ("AWS_PROFILE", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_CONFIG_F
 AWS_SECRETS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
 
 
+# Where the job can find credentials without the environment keys (a profile, web identity, a container).
+AWS_OTHER_SOURCES = ("AWS_PROFILE", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+                     "AWS_CONTAINER_CREDENTIALS_FULL_URI")
+
+
+def _credential_files(environ: Mapping[str, str]) -> list[Path]:
+    """The AWS credentials and config files the job would read (the shared home is the job's home too)."""
+    home = Path(environ.get("HOME") or Path.home())
+    return [Path(environ.get("AWS_SHARED_CREDENTIALS_FILE") or home / ".aws" / "credentials"),
+            Path(environ.get("AWS_CONFIG_FILE") or home / ".aws" / "config")]
+
+
 def stage_environment(environ: Mapping[str, str]) -> dict[str, str]:
     env = {k: environ[k] for k in AWS_SETTINGS if environ.get(k)}
     if any(environ.get(k) for k in AWS_SECRETS):
+        elsewhere = (any(environ.get(k) for k in AWS_OTHER_SOURCES)
+                     or any(f.is_file() and str(f) != os.devnull for f in _credential_files(environ)))
         log.warning("AWS keys in environment variables are not passed to the Slurm job (they would be "
-                    "written into its script); the job authenticates with ~/.aws or the instance role")
+                    "written into its script); the job authenticates with ~/.aws or the instance role%s",
+                    "" if elsewhere else ": no ~/.aws credentials or config file and no AWS_PROFILE were found, "
+                    "so unless the compute nodes have an instance role the job cannot authenticate (put the "
+                    "keys in ~/.aws/credentials, e.g. with `aws configure`)")
     return env
 
 

@@ -29,6 +29,7 @@ from typing import Any
 from shardprep.errors import ConfigError
 from shardprep.executor.slurm import commands as slurm_cmd
 from shardprep.executor.slurm.jobs import TaskAttempt, latest_attempts, read_submissions
+from shardprep.job.advice import rerun_advice, resume_command
 from shardprep.job.state import JobState, format_array_ranges
 from shardprep.shard.format import INDEX_FILE
 
@@ -51,6 +52,7 @@ class TaskView:
     attempt: TaskAttempt | None = None
     attempts: int = 0             # attempts of the latest array element (requeues + 1), from its log
     max_attempts: int | None = None   # --max-requeues + 1 of the submission that ran it
+    exit_status: int | None = None    # the last attempt's exit status, from its log (3: bad input)
 
 
 @dataclass
@@ -166,7 +168,8 @@ def _task_view(output: Path, t: int, att: TaskAttempt, entry: slurm_cmd.QueueEnt
     """A task that is not done: Slurm's word (squeue/sacct) when it has one, else its log's."""
     log = read_task_log(output / att.log)
     verdict = _classify(entry) if entry else None
-    seen: dict[str, Any] = {"attempt": att, "attempts": log.attempts, "max_attempts": max_attempts}
+    seen: dict[str, Any] = {"attempt": att, "attempts": log.attempts, "max_attempts": max_attempts,
+                            "exit_status": log.status}
     if log.gave_up and (verdict is None or verdict[0] == "failed"):
         return TaskView(t, "failed", f"reached its time limit on all {log.attempts} attempt(s): raise --time or "
                                      "use smaller tasks (--target-task-bytes)", **seen)
@@ -214,7 +217,9 @@ def format_view(output: Path, view: SlurmView) -> list[str]:
         lines.append(f"    task {t} failed ({v.detail}; {where}); last lines:")
         lines += [f"      | {x}" for x in (log_tail(Path(output) / v.attempt.log) if v.attempt else [])]
     if any(view.ids(s) for s in ("failed", "missing")):
-        lines.append(f"    rerun what is not done: shardprep submit --resume {output}")
+        codes = {c for t in view.ids("failed") if (c := view.tasks[t].exit_status) is not None}
+        lines.append(f"    next: {rerun_advice(output, codes)}" if codes else
+                     f"    rerun what is not done: {resume_command(output)}")
     return lines
 
 

@@ -1,0 +1,139 @@
+"""Does every input hold the text field?  Checked at plan time on a sample of each input.
+
+Why: a wrong ``--text-field`` used to surface only inside the tasks, after ``sbatch``: a parquet or Arrow
+task failed on the missing column, and a jsonl task skipped every line as ``missing_field``, so a job of
+several files lost the wrong ones' documents with a warning, or ended with "zero documents".  ``plan``,
+``submit`` and ``doctor`` now ask this module first, and a job whose inputs lack the field is refused
+before anything is queued, naming the keys or columns the input does have.
+
+The sample is small and stops early: a parquet file's schema (its footer), an Arrow file's schema (its
+first message), or the head of a jsonl file (plain, .gz or .zst) until the first JSON object with the
+field as a string, at most ``SAMPLE_LINES`` lines or ``SAMPLE_BYTES`` decompressed bytes.  A jsonl head
+with no JSON object at all says nothing about the field (binary or mis-encoded input is the reader's and
+``inputs.health``'s to report), so only a head of objects that all lack the field is refused.  txt inputs
+have no field.
+"""
+
+from __future__ import annotations
+
+import gzip
+from dataclasses import dataclass, field
+from typing import BinaryIO, Iterable, Iterator
+
+import orjson
+
+from shardprep.errors import InputDataError
+from shardprep.inputs.discover import InputFile
+
+SAMPLE_LINES = 100
+SAMPLE_BYTES = 1 << 20
+_READ = 64 << 10
+KEYS_SHOWN = 12
+
+
+@dataclass
+class HeadFields:
+    """What the head of one jsonl input says: objects read, whether one has the field, the keys seen."""
+
+    lines: int = 0
+    objects: int = 0
+    has_field: bool = False
+    keys: dict[str, None] = field(default_factory=dict)      # first-seen order
+
+    def keys_text(self) -> str:
+        shown = list(self.keys)[:KEYS_SHOWN]
+        return ", ".join(shown) + (f", ... ({len(self.keys)} keys)" if len(self.keys) > KEYS_SHOWN else "")
+
+
+def _decompressed(raw: BinaryIO, compression: str | None) -> BinaryIO | gzip.GzipFile:
+    if compression == "gz":
+        return gzip.GzipFile(fileobj=raw)
+    if compression == "zst":
+        import zstandard
+
+        return zstandard.ZstdDecompressor().stream_reader(raw)
+    return raw
+
+
+def _head_lines(inp: InputFile) -> Iterator[bytes]:
+    """The first complete lines of a (decompressed) text input, up to the sample limits."""
+    try:
+        raw = open(inp.path, "rb")
+    except OSError as e:
+        raise InputDataError(f"input {inp.path} is not readable: {e.strerror}") from None
+    with raw, _decompressed(raw, inp.compression) as stream:
+        pending, read, lines = b"", 0, 0
+        while read < SAMPLE_BYTES and lines < SAMPLE_LINES:
+            try:
+                block = stream.read(_READ)
+            except Exception:   # noqa: BLE001 - a corrupt stream: the task reports it, naming the byte
+                return
+            if not block:
+                if pending:
+                    yield pending
+                return
+            read += len(block)
+            *complete, pending = (pending + block).split(b"\n")
+            for line in complete[:SAMPLE_LINES - lines]:
+                lines += 1
+                yield line
+
+
+def jsonl_head(inp: InputFile, text_field: str | None) -> HeadFields:
+    """Read the head of a jsonl input until an object has ``text_field`` as a string (or the limits;
+    None: to the limits, for the keys)."""
+    head = HeadFields()
+    for line in _head_lines(inp):
+        head.lines += 1
+        try:
+            obj = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if type(obj) is not dict:
+            continue
+        head.objects += 1
+        head.keys.update(dict.fromkeys(obj))
+        if text_field is not None and isinstance(obj.get(text_field), str):
+            head.has_field = True
+            break
+    return head
+
+
+def column_names(inp: InputFile) -> list[str]:
+    """The columns of a parquet or Arrow input, from its schema only."""
+    if inp.format == "parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            return list(pq.read_schema(inp.path).names)
+        except Exception as e:   # noqa: BLE001 - pyarrow raises several types for junk files
+            raise InputDataError(f"input {inp.path} is not a readable parquet file: {e}") from None
+    from shardprep.inputs.arrow import column_names as arrow_columns
+
+    return arrow_columns(inp.path)
+
+
+def field_problem(inp: InputFile, text_field: str) -> str | None:
+    """Why ``inp`` cannot give documents from ``text_field`` (one line naming what it has), or None."""
+    if inp.tabular:
+        names = column_names(inp)
+        if text_field in names:
+            return None
+        return f"{inp.path}: no column {text_field!r} (columns: {', '.join(names)})"
+    if inp.format != "jsonl" or inp.size == 0:
+        return None
+    head = jsonl_head(inp, text_field)
+    if head.has_field or head.objects == 0:
+        return None
+    return (f"{inp.path}: none of its first {head.objects:,} JSON object(s) has a string field {text_field!r} "
+            f"(keys seen: {head.keys_text() or 'none'})")
+
+
+def require_text_field(inputs: Iterable[InputFile], text_field: str) -> None:
+    """Refuse (InputDataError, exit 3) when an input lacks ``text_field``: one line, the first such input
+    and how many others."""
+    problems = [p for inp in inputs if (p := field_problem(inp, text_field)) is not None]
+    if problems:
+        more = f" (and {len(problems) - 1:,} more input(s) like it)" if len(problems) > 1 else ""
+        raise InputDataError(problems[0] + more,
+                             hint="choose the field or column that holds the text with --text-field")
