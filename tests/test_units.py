@@ -16,7 +16,7 @@ from shardprep.inputs.readers import SkipLog, WorkItem, iter_documents
 from shardprep.job.state import format_array_ranges, parse_array_ranges
 from shardprep.job.cutting import split_into_tasks
 from shardprep.shard.reader import read_chunk, walk_tar
-from shardprep.storage.locations import LocalSource
+from shardprep.storage.local import LocalSource
 from shardprep.shard.writer import ShardWriter
 from shardprep.tokenizer.backend import add_boundary_tokens
 

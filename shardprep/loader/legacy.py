@@ -25,7 +25,7 @@ from shardprep.errors import ConfigError, InputDataError
 from shardprep.shard.sidecar import ChunkTable
 from shardprep.shard.index import IndexShard
 from shardprep.loader.index import DatasetIndex
-from shardprep.storage.locations import ByteSource
+from shardprep.storage.store import ByteSource
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ Two kinds of location:
 * a local directory, finished or still running: done/missing comes from ``job.state.job_state`` (the
   sidecars, the truth used by ``status`` and ``finalize``), progress and timing from the task logs;
 * any location the loader reads (``s3://...``) once finalized: the shards index.json lists, whose
-  sidecars are read in parallel through ``loader.sources`` (the same reads the loader makes).
+  sidecars are read in parallel through ``storage.locations`` (the same reads the loader makes).
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from shardprep.records import load_json, record
 from shardprep.shard.format import DTYPES, FORMAT_VERSION, INDEX_FILE, LAYOUTS
 
 if TYPE_CHECKING:  # pragma: no cover
+    from shardprep.shard.sidecar import Sidecar
     from shardprep.storage.locations import StorageOptions
 
 
@@ -123,3 +124,18 @@ def read_index(root: str | Path, *, storage: StorageOptions | None = None) -> In
         raise InputDataError(f"{where} does not exist: not a finalized shardprep output",
                              hint="run `shardprep finalize`, or pass legacy tars (token_ids.json samples)") from None
     return Index.parse(data, where)
+
+
+_SAME_IN_SIDECAR = ("format_version", "tokenizer_fingerprint", "plan_fingerprint", "dtype", "layout")
+_SAME_IN_ENTRY = ("bytes", "sha256", "samples", "documents", "tokens")
+
+
+def sidecar_mismatches(index: Index, entry: IndexShard, side: Sidecar) -> list[tuple[str, object, object]]:
+    """``(field, sidecar's value, index.json's value)`` wherever a shard's sidecar disagrees with the index.
+
+    Its own consistency was checked when it was parsed; this says whether it belongs to this dataset (a
+    shard copied in from another run, another tokenizer or format version).  The loader refuses the first
+    mismatch when it opens the shard; ``verify`` lists them all.
+    """
+    wanted = [(k, getattr(index, k)) for k in _SAME_IN_SIDECAR] + [(k, getattr(entry, k)) for k in _SAME_IN_ENTRY]
+    return [(key, getattr(side, key), want) for key, want in wanted if getattr(side, key) != want]
