@@ -90,3 +90,37 @@ def test_verify_reads_each_remote_shard_once_in_large_ranged_reads(local, s3_end
         gets = {p.name: proxy.requests_for(p.name, "GET") for p in local.glob("shard-*.tar")}
     for name, requests in gets.items():
         assert [r.bytes for r in requests] == [(local / name).stat().st_size], name
+
+
+# ------------------------------------------------------------------- issue 23 item 12: one set of S3 options
+
+def test_verify_inspect_and_report_reach_s3_through_the_endpoint_option(local, tmp_path, s3_endpoint):
+    """No AWS_ENDPOINT_URL in the environment: --endpoint-url alone must lead every URL command to the server."""
+    url = upload(s3_endpoint, local)
+    env = aws_env()
+    assert "AWS_ENDPOINT_URL" not in env
+    opt = ("--endpoint-url", s3_endpoint, "--region", "us-east-1")
+    assert run_cli("verify", url, *opt, env=env).stdout == f"{url}: all shards verified\n"
+    shown = run_cli("inspect", f"{url}/shard-00001.tar", "--decode", "1", *opt, env=env).stdout
+    assert shown.split(".tar: ")[1] == run_cli("inspect", local / "shard-00001.tar", "--decode", "1").stdout \
+        .split(".tar: ")[1]
+    numbers = orjson.loads(run_cli("report", url, "--json", *opt, env=env).stdout)
+    assert numbers["totals"] == orjson.loads(run_cli("report", local, "--json").stdout)["totals"]
+    pytest.importorskip("matplotlib")
+    run_cli("report", url, "--html", tmp_path / "page.html", "--max-chunks", "3", *opt, env=env)
+    assert "<html" in (tmp_path / "page.html").read_text()
+
+
+def test_url_commands_refuse_an_unknown_profile_by_name(local, s3_endpoint):
+    url = upload(s3_endpoint, local)
+    for args in (("verify", url), ("inspect", f"{url}/shard-00000.tar"), ("report", url, "--json")):
+        proc = run_cli(*args, "--endpoint-url", s3_endpoint, "--profile", "no-such-profile", env=aws_env(), check=2)
+        assert "--profile 'no-such-profile'" in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+
+
+def test_status_of_an_s3_url_says_it_needs_the_output_directory_instead_of_a_mangled_path(s3_endpoint):
+    url = "s3://some-bucket/runs/out"
+    proc = run_cli("status", url, "--endpoint-url", s3_endpoint, env=aws_env(), check=2)
+    assert proc.stderr.count("\n") == 1, proc.stderr
+    assert f"{url} is a URL: status needs the output directory where the job ran" in proc.stderr
+    assert "s3:/some-bucket" not in proc.stderr.replace(url, "")

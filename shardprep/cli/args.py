@@ -23,7 +23,6 @@ from shardprep.executor.slurm.options import TIME_FORMS, SlurmOptions
 from shardprep.job.options import BACKENDS, TXT_MODES, PlanOptions, TokenizeOptions, parse_size
 from shardprep.shard.format import LAYOUTS
 from shardprep.storage.lustre import DEFAULT_SHARD_LAYOUT, StripeLayout, prepare_output_dir
-from shardprep.storage.s3 import ClientOptions
 
 if TYPE_CHECKING:  # pragma: no cover
     from shardprep.job.plan import Plan
@@ -229,13 +228,9 @@ def add_transfer_arguments(p: argparse.ArgumentParser, owner: type, *, what: str
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
     add_field(p, "--progress", owner=owner, action=argparse.BooleanOptionalAction,
               help="byte progress bar on stderr; unset means only when stderr is a terminal")
-    g = p.add_argument_group("S3 connection (credentials come from the standard AWS chain only)")
-    add_field(g, "--endpoint-url", owner=ClientOptions,
-              help="S3-compatible endpoint, e.g. http://127.0.0.1:9000; unset means AWS")
-    add_field(g, "--profile", owner=ClientOptions, help="named profile from ~/.aws/config")
-    add_field(g, "--region", owner=ClientOptions, help="AWS region; unset means the profile's or AWS_REGION")
-    add_field(g, "--max-attempts", owner=ClientOptions, type=int,
-              help="attempts per request, retries with backoff in botocore's standard mode")
+    from shardprep.cli._s3 import add_s3_arguments
+
+    add_s3_arguments(p)
 
 
 def transfer_options_from_args(owner: type, args: argparse.Namespace, **extra: Any) -> Any:
@@ -244,7 +239,9 @@ def transfer_options_from_args(owner: type, args: argparse.Namespace, **extra: A
     One part size serves as both the multipart threshold and the part size, and the connection pool is
     sized for ``concurrency`` object workers plus as many part requests.
     """
-    client = from_fields(ClientOptions, args, max_pool_connections=max(10, 2 * args.concurrency + 4))
+    from shardprep.cli._s3 import client_options_from_args
+
+    client = client_options_from_args(args, max_pool_connections=max(10, 2 * args.concurrency + 4))
     return owner(source=args.source, dest=args.dest, include=tuple(args.include), exclude=tuple(args.exclude),
                  concurrency=args.concurrency, multipart_threshold=args.part_size,
                  multipart_chunksize=args.part_size, progress=args.progress, client=client, **extra)

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from shardprep.cli._s3 import add_s3_arguments, storage_from_args
 from shardprep.cli.args import count_arg
 from shardprep.errors import InputDataError, ShardprepError, TokenizerError
 from shardprep.shard.format import TOKENIZER_FILE
@@ -32,11 +33,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tokenizer", default=None,
                    help="tokenizer.json for decoding (default: the frozen one beside the shard)")
     p.add_argument("--max-chars", type=count_arg(1), default=300, help="truncate each decoded document to this many characters")
+    add_s3_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
     shard = str(args.shard)
-    store = store_for(shard)
+    store = store_for(shard, storage_from_args(args))
     parent, name = split(shard)
     try:
         size = store.sizes(parent).get(name)
