@@ -14,7 +14,7 @@ from shardprep.cli.main import build_parser
 from shardprep.errors import ConfigError
 from shardprep.executor import make_executor
 from shardprep.executor.local import LocalExecutor, LocalOptions
-from shardprep.executor.slurm.jobs import write_submissions
+from shardprep.executor.slurm.jobs import Submission, write_submissions
 from shardprep.executor.slurm.options import SlurmOptions
 from shardprep.executor.slurm.stage_job import STAGE_JOB_OPTIONS
 from shardprep.hf.export import ExportRequest
@@ -97,7 +97,7 @@ def test_size_text_reads_back(n):
 
 def test_resume_takes_the_recorded_executor_and_options(tmp_path):
     recorded = SlurmOptions(partition="cpu", max_parallel=4)
-    write_submissions(tmp_path, [{"seq": 1, "executor": "submitit", "options": recorded.to_dict()}])
+    write_submissions(tmp_path, [Submission(seq=1, executor="submitit", options=recorded.to_dict())])
     args = build_parser().parse_args(["submit", "--resume", str(tmp_path), "--time", "10"])
     name, options = executor_from_args(args, resume=tmp_path)
     assert name == "submitit" and options == dataclasses.replace(recorded, time="10")

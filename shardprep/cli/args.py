@@ -327,10 +327,10 @@ def executor_from_args(args: argparse.Namespace, resume: Path | None = None) -> 
     from shardprep.executor.slurm.jobs import last_submission
 
     last = last_submission(resume) if resume else None
-    name = args.executor or (last["executor"] if last else "local")
+    name = args.executor or (last.executor if last else "local")
     if name == "local":
         return name, from_fields(LocalOptions, args)
-    return name, slurm_options_from_args(args, SlurmOptions.from_dict(last["options"]) if last else SlurmOptions())
+    return name, slurm_options_from_args(args, last.slurm_options() if last else SlurmOptions())
 
 
 # ------------------------------------------------------------------------------------- stage as a job

@@ -72,8 +72,7 @@ def run(args: argparse.Namespace) -> int:
         from shardprep.executor.slurm.stage_job import submit_stage
 
         slurm, then_submit = stage_job_from_args(args, Path(options.dest).resolve())
-        record = submit_stage(options, slurm, then_submit, dry_run=args.dry_run)
-        print(record["script"] if args.dry_run else record["job_id"])
+        print(submit_stage(options, slurm, then_submit, dry_run=args.dry_run))   # the job id, or the script
         return 0
     if args.dry_run:
         plan = plan_stage(options, make_client(options.client))

@@ -16,7 +16,7 @@ from types import TracebackType
 
 import numpy as np
 
-from shardprep.shard.sidecar import ChunkTable
+from shardprep.shard.sidecar import ChunkTable, ShardTotals
 from shardprep.storage.atomic import (HashingWriter, discard_temp, fsync_dir, no_space_error, start_writeback,
                                      temp_name_for)
 from shardprep.shard.format import DTYPES, EXT_FOR_DTYPE, LAYOUTS, sample_key
@@ -25,14 +25,11 @@ _BLOCK = 512
 _WRITEBACK_EVERY = 32 << 20   # see ShardWriter._write_back_early
 
 
-@dataclass
-class ShardResult:
+@dataclass(frozen=True)
+class ShardResult(ShardTotals):
+    """What :meth:`ShardWriter.close` wrote: the shard's totals, where it is and its chunk table."""
+
     path: Path
-    bytes: int
-    sha256: str
-    samples: int
-    documents: int
-    tokens: int
     chunks: ChunkTable
 
 

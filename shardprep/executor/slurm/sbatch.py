@@ -20,11 +20,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from shardprep.executor.base import LaunchReport
 from shardprep.executor.slurm import commands as slurm_cmd
-from shardprep.executor.slurm.jobs import SLURM_DIR, SubmissionRecorder
+from shardprep.executor.slurm.jobs import SLURM_DIR, ArrayRecord, FinalizeRecord, SubmissionRecorder
 from shardprep.executor.slurm.options import SlurmOptions
 from shardprep.executor.slurm.render import TASK_LOG_PATTERN, checked_output, render_finalize, render_tokenize
 from shardprep.executor.slurm.state import refuse_if_active
@@ -105,18 +104,18 @@ class SlurmExecutor:
         return plan.array_dependency(job.array, array_ids)
 
     def _record(self, recorder: SubmissionRecorder, job: RenderedJob, job_id: str, dependency: str | None) -> None:
-        entry: dict[str, Any] = {"job_id": job_id, "script": f"{SLURM_DIR}/{job.script_name}", "dependency": dependency}
+        script = f"{SLURM_DIR}/{job.script_name}"
         a = job.array
         if a is None:
-            entry["log"] = f"{LOG_DIR}/finalize-{job_id}.out"
-            recorder.set_finalize(entry)
+            recorder.set_finalize(FinalizeRecord(job_id, log=f"{LOG_DIR}/finalize-{job_id}.out", script=script,
+                                                 dependency=dependency))
             log.info("submitted finalize job %s (%s)", job_id, dependency or "no dependency")
             return
-        entry.update(offset=a.offset, array=a.array_spec(self.options.max_parallel),
-                     indices=format_array_ranges(a.indices), tasks=format_array_ranges(a.task_ids),
-                     log=f"{LOG_DIR}/{{job}}_{{index}}.out")
+        entry = ArrayRecord(job_id, format_array_ranges(a.indices), format_array_ranges(a.task_ids),
+                            log=f"{LOG_DIR}/{{job}}_{{index}}.out", offset=a.offset,
+                            array=a.array_spec(self.options.max_parallel), script=script, dependency=dependency)
         recorder.add_array(entry)
-        log.info("submitted array job %s: tasks %s (--array=%s)", job_id, entry["tasks"], entry["array"])
+        log.info("submitted array job %s: tasks %s (--array=%s)", job_id, entry.tasks, entry.array)
 
     def _dry_run_text(self, output: Path, plan: SubmissionPlan) -> list[str]:
         """Each script preceded by the sbatch command that would submit it (job ids as placeholders)."""

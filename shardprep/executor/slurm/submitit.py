@@ -24,7 +24,7 @@ from shardprep._extras import require
 from shardprep.errors import ConfigError, EnvironmentProblem
 from shardprep.executor.slurm import commands as slurm_cmd
 from shardprep.executor.base import LaunchReport
-from shardprep.executor.slurm.jobs import SLURM_DIR, SubmissionRecorder
+from shardprep.executor.slurm.jobs import SLURM_DIR, ArrayRecord, FinalizeRecord, SubmissionRecorder
 from shardprep.executor.slurm.options import SlurmOptions
 from shardprep.executor.slurm.state import refuse_if_active
 from shardprep.executor.slurm.render import checked_output, job_environment
@@ -178,10 +178,10 @@ class SubmititExecutor:
     def _record_array(recorder: SubmissionRecorder, array_id: str, ids: tuple[int, ...],
                       dependency: str | None) -> None:
         plain = len(ids) == 1        # submitit submits a single call as a plain job, not an array
-        recorder.add_array({"job_id": array_id, "offset": None, "indices": format_array_ranges(range(len(ids))),
-                            "tasks": format_array_ranges(ids), "dependency": dependency,
-                            "plain": plain, "log": f"{SUBMITIT_DIR}/{{job}}_0_log.out" if plain
-                            else f"{SUBMITIT_DIR}/{{job}}_{{index}}_0_log.out"})
+        recorder.add_array(ArrayRecord(array_id, format_array_ranges(range(len(ids))), format_array_ranges(ids),
+                                       log=f"{SUBMITIT_DIR}/{{job}}_0_log.out" if plain
+                                       else f"{SUBMITIT_DIR}/{{job}}_{{index}}_0_log.out",
+                                       dependency=dependency, plain=plain))
         log.info("submitit array %s: tasks %s", array_id, format_array_ranges(ids))
 
     def _submit_finalize(self, ex: Any, params: dict[str, Any], dependency: str | None, output: Path,
@@ -192,8 +192,8 @@ class SubmititExecutor:
         ex.update_parameters(**{**params, "name": f"{self.options.job_name}-finalize", "cpus_per_task": 1,
                                 "slurm_additional_parameters": extra})
         job = ex.submit(SubmititFinalize(str(output)))
-        recorder.set_finalize({"job_id": str(job.job_id), "dependency": dependency,
-                               "log": f"{SUBMITIT_DIR}/{job.job_id}_0_log.out"})
+        recorder.set_finalize(FinalizeRecord(str(job.job_id), log=f"{SUBMITIT_DIR}/{job.job_id}_0_log.out",
+                                             dependency=dependency))
         log.info("submitit finalize job %s (%s)", job.job_id, dependency or "no dependency")
         return str(job.job_id)
 
