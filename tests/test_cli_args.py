@@ -113,3 +113,33 @@ def test_make_executor_takes_option_objects():
         make_executor("pbs", LocalOptions())
     with pytest.raises(ConfigError, match="--workers"):
         LocalOptions(workers=0)
+
+
+def test_every_registered_executor_answers_its_own_task_slots(monkeypatch):
+    """The registry is the only place that knows executors by name: each class builds its options, and each
+    executor says how many tasks it runs at once (the default sizing divides by that)."""
+    from shardprep.executor import EXECUTORS, executor_class
+    from shardprep.executor.slurm import commands as slurm_cmd
+
+    monkeypatch.setattr(slurm_cmd, "partition_cpus", lambda partition: (64, partition or "dev"))
+    assert LocalExecutor(LocalOptions(workers=3)).task_slots() == (3, "--workers")
+    for name in EXECUTORS:
+        if name == "submitit":
+            pytest.importorskip("submitit")
+        args = build_parser("submit").parse_args(["submit", "--executor", name, "--cpus-per-task", "4"])
+        expected = LocalOptions() if name == "local" else SlurmOptions(cpus_per_task=4)
+        assert executor_from_args(args) == (name, expected)
+        assert type(make_executor(name, expected)) is executor_class(name)
+    slurm = make_executor("slurm", SlurmOptions(partition="cpu", cpus_per_task=4))
+    assert slurm.task_slots() == (16, "partition cpu: 64 CPUs / --cpus-per-task 4")
+    assert make_executor("slurm", SlurmOptions(max_parallel=5)).task_slots() == (5, "--max-parallel")
+
+
+def test_resume_keeps_recorded_slurm_options_only_for_slurm_executors(tmp_path):
+    recorded = SlurmOptions(partition="cpu", time="1:00:00")
+    write_submissions(tmp_path, [Submission(seq=1, executor="slurm", options=recorded.to_dict())])
+    local = build_parser().parse_args(["submit", "--resume", str(tmp_path), "--executor", "local", "--workers", "2"])
+    assert executor_from_args(local, resume=tmp_path) == ("local", LocalOptions(workers=2))
+    again = build_parser().parse_args(["submit", "--resume", str(tmp_path), "--sbatch-extra", "exclusive"])
+    assert executor_from_args(again, resume=tmp_path) == ("slurm", dataclasses.replace(recorded,
+                                                                                        extra_sbatch=("exclusive",)))

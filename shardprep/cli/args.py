@@ -65,6 +65,13 @@ def from_fields(owner: type, args: argparse.Namespace, **overrides: Any) -> Any:
     return owner(**{**values, **overrides})
 
 
+def given_fields(owner: type, args: argparse.Namespace) -> dict[str, Any]:
+    """The fields of ``owner`` the command line set: namespace entries named like them that are not None
+    (options with a ``SUPPRESS`` default are absent unless typed); lists become tuples (options are frozen)."""
+    values = {f.name: getattr(args, f.name, None) for f in dataclasses.fields(owner)}
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in values.items() if v is not None}
+
+
 def size_arg(text: str) -> int:
     """argparse ``type=`` for byte sizes: a bad value becomes a usage error (exit 2) naming the value."""
     try:
@@ -271,7 +278,7 @@ _SLURM_FLAGS = {name: "--" + name.replace("_", "-") for name in _SLURM_HELP} | {
 _SLURM_KWARGS: dict[str, dict[str, Any]] = {
     "cpus_per_task": {"type": int}, "max_parallel": {"type": int}, "signal_seconds": {"type": int},
     "max_requeues": {"type": int},
-    "extra_sbatch": {"action": "append", "metavar": "OPTION", "dest": "sbatch_extra"},
+    "extra_sbatch": {"action": "append", "metavar": "OPTION", "dest": "extra_sbatch"},
 }
 
 DEFAULT_SLURM = SlurmOptions()     # frozen: one shared value for the defaults below
@@ -298,12 +305,7 @@ def add_slurm_arguments(parser: argparse.ArgumentParser, *, title: str | None = 
 
 def slurm_options_from_args(args: argparse.Namespace, base: SlurmOptions = DEFAULT_SLURM) -> SlurmOptions:
     """``base`` (the dataclass defaults, a recorded submission's options ...) with the options typed."""
-    given: dict[str, Any] = {}      # argparse values; SlurmOptions validates them
-    for name in _SLURM_FLAGS:
-        value = getattr(args, _SLURM_KWARGS.get(name, {}).get("dest", name), None)
-        if value is not None:
-            given[name] = tuple(value) if isinstance(value, list) else value
-    return dataclasses.replace(base, **given)
+    return dataclasses.replace(base, **given_fields(SlurmOptions, args))     # SlurmOptions validates them
 
 
 def add_executor_arguments(g: Any) -> None:
@@ -323,14 +325,13 @@ def add_executor_arguments(g: Any) -> None:
 def executor_from_args(args: argparse.Namespace, resume: Path | None = None) -> tuple[str, Any]:
     """(executor name, its options).  With ``resume`` and no ``--executor``: the executor of the last
     recorded Slurm submission (else local), and Slurm options not typed again keep its values."""
-    from shardprep.executor.local import LocalOptions
+    from shardprep.executor import executor_class
     from shardprep.executor.slurm.jobs import last_submission
 
     last = last_submission(resume) if resume else None
     name = args.executor or (last.executor if last else "local")
-    if name == "local":
-        return name, from_fields(LocalOptions, args)
-    return name, slurm_options_from_args(args, last.slurm_options() if last else SlurmOptions())
+    cls = executor_class(name)
+    return name, cls.options_for(given_fields(cls.Options, args), last)
 
 
 # ------------------------------------------------------------------------------------- stage as a job

@@ -9,7 +9,7 @@ from shardprep.cli.args import (add_executor_arguments, add_plan_arguments, add_
                                 plan_from_args)
 from shardprep.errors import ConfigError
 from shardprep.cli.plan import sizing_line
-from shardprep.executor import Executor, make_executor, task_slots
+from shardprep.executor import Executor, make_executor
 from shardprep.job.schema import Job
 from shardprep.job.state import format_array_ranges, job_state, load_job
 from shardprep.shard.index import read_index
@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     executor = make_executor(name, options, finalize=not args.no_finalize)
     if not (args.resume or args.output):
         raise ConfigError("--output is required (or --resume DIR)")
-    slots = None if args.resume else task_slots(name, options)      # what the sizing rule divides by
+    slots = None if args.resume else executor.task_slots()      # what the sizing rule divides by
     # one writer per output directory: held while planning and launching (for the local executor, until
     # the last task and finalize are done; for Slurm, until the jobs are submitted)
     with output_lock(Path(args.resume or args.output)):

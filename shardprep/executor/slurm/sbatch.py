@@ -24,12 +24,11 @@ from pathlib import Path
 from shardprep.executor.base import LaunchReport
 from shardprep.executor.slurm import commands as slurm_cmd
 from shardprep.executor.slurm.jobs import SLURM_DIR, ArrayRecord, FinalizeRecord, SubmissionRecorder
-from shardprep.executor.slurm.options import SlurmOptions
-from shardprep.executor.slurm.render import TASK_LOG_PATTERN, checked_output, render_finalize, render_tokenize
-from shardprep.executor.slurm.state import refuse_if_active
+from shardprep.executor.slurm.launch import SlurmLauncher
+from shardprep.executor.slurm.render import TASK_LOG_PATTERN, render_finalize, render_tokenize
 from shardprep.executor.slurm.submission import PlannedArray, SubmissionPlan
 from shardprep.job.state import format_array_ranges
-from shardprep.shard.format import INDEX_FILE, LOG_DIR
+from shardprep.shard.format import LOG_DIR
 
 log = logging.getLogger(__name__)
 
@@ -47,19 +46,11 @@ class RenderedJob:
         return "finalize" if self.array is None else "tokenize"
 
 
-class SlurmExecutor:
+class SlurmExecutor(SlurmLauncher):
     """Submit task ids of a frozen plan as sbatch job arrays plus a dependent finalize job."""
 
     name = "slurm"
-
-    def __init__(self, options: SlurmOptions, *, finalize: bool = True):
-        self.options = options
-        self.finalize = finalize
-
-    def plan(self, output: Path, task_ids: list[int], max_array_size: int) -> SubmissionPlan:
-        return SubmissionPlan.build(task_ids, max_array_size=max_array_size, throttle=self.options.max_parallel,
-                                    indexing="offset", finalize=self.finalize,
-                                    finalized=(output / INDEX_FILE).exists())
+    indexing = "offset"
 
     def render(self, output: Path, plan: SubmissionPlan, seq: int) -> list[RenderedJob]:
         """The scripts of ``plan``, arrays first (in plan order), then finalize."""
@@ -71,15 +62,13 @@ class SlurmExecutor:
         return jobs
 
     def launch(self, output: Path, task_ids: list[int], *, dry_run: bool = False) -> LaunchReport:
-        output = checked_output(output)
-        refuse_if_active(output, task_ids)
-        max_size, source = slurm_cmd.max_array_size()
-        plan = self.plan(output, task_ids, max_size)
+        launch = self.prepare(output, task_ids)
+        output, plan = launch.output, launch.plan
         log.info("%d task(s) as %d array job(s) (MaxArraySize %d from %s), throttle: %s", len(task_ids),
-                 len(plan.arrays), max_size, source, plan.throttle_mode)
+                 len(plan.arrays), plan.max_array_size, launch.max_array_size_source, plan.throttle_mode)
         if dry_run:
             return LaunchReport(self.name, list(task_ids), scripts=self._dry_run_text(output, plan))
-        recorder = SubmissionRecorder.for_plan(output, self.name, task_ids, plan, source, self.options)
+        recorder = self.recorder(launch)
         (output / LOG_DIR).mkdir(parents=True, exist_ok=True)   # Slurm does not create --output's directory
         (output / SLURM_DIR).mkdir(parents=True, exist_ok=True)
         report = LaunchReport(self.name, list(task_ids))
