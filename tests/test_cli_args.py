@@ -8,8 +8,9 @@ import dataclasses
 
 import pytest
 
-from shardprep.cli.args import (executor_from_args, field_default, from_fields, size_text, slurm_options_from_args,
-                                transfer_options_from_args)
+from shardprep.cli._slurm import executor_from_args, slurm_options_from_args
+from shardprep.cli._transfer import transfer_options_from_args
+from shardprep.cli.args import field_default, from_fields, size_text
 from shardprep.cli.main import build_parser
 from shardprep.errors import ConfigError
 from shardprep.executor import make_executor
@@ -143,3 +144,19 @@ def test_resume_keeps_recorded_slurm_options_only_for_slurm_executors(tmp_path):
     again = build_parser().parse_args(["submit", "--resume", str(tmp_path), "--sbatch-extra", "exclusive"])
     assert executor_from_args(again, resume=tmp_path) == ("slurm", dataclasses.replace(recorded,
                                                                                         extra_sbatch=("exclusive",)))
+
+
+def test_the_generic_argument_module_imports_no_executor_or_storage_code():
+    """cli/args.py holds only the binders every command shares (each command's own arguments live with it), so
+    importing it costs a command nothing it does not use: run-task, once per array task, included."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-c", "import shardprep.cli.args"],
+                          capture_output=True, text=True, check=True, timeout=120)
+    imported = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if "|" in line]
+    assert "shardprep.cli.args" in imported
+    assert [m for m in imported if m.startswith(("shardprep.executor", "shardprep.storage"))] == []
+    source = Path(__file__).resolve().parents[1] / "shardprep" / "cli" / "args.py"
+    assert len(source.read_text(encoding="utf-8").splitlines()) < 150

@@ -397,7 +397,7 @@ def test_status_without_slurm_answers_reads_failures_from_the_logs(tmp_path, sam
 def test_resume_keeps_recorded_options_unless_given_again():
     import argparse
 
-    from shardprep.cli.args import add_slurm_arguments, slurm_options_from_args
+    from shardprep.cli._slurm import add_slurm_arguments, slurm_options_from_args
 
     p = argparse.ArgumentParser()
     add_slurm_arguments(p)

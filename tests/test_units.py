@@ -170,4 +170,4 @@ def test_one_command_line_imports_only_its_own_command_module():
             "try:\n    main(['run-task', '--help'])\nexcept SystemExit:\n    pass\n"
             "print(sorted(m for m in sys.modules if m.startswith('shardprep.cli.')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip().splitlines()[-1] == "['shardprep.cli.main', 'shardprep.cli.run_task']"
+    assert out.strip().splitlines()[-1] == "['shardprep.cli.args', 'shardprep.cli.main', 'shardprep.cli.run_task']"

@@ -8,11 +8,13 @@ environment (``AWS_ENDPOINT_URL``, ``AWS_PROFILE``, ``AWS_REGION``) as boto3 doe
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shardprep.cli.args import add_field, from_fields
-from shardprep.storage.locations import StorageOptions
 from shardprep.storage.s3 import ClientOptions
+
+if TYPE_CHECKING:  # pragma: no cover
+    from shardprep.storage.locations import StorageOptions
 
 
 def add_s3_arguments(p: argparse.ArgumentParser) -> None:
@@ -32,4 +34,6 @@ def client_options_from_args(args: argparse.Namespace, **overrides: Any) -> Clie
 
 def storage_from_args(args: argparse.Namespace) -> StorageOptions:
     """How the read commands reach an ``s3://`` output (other URLs take their options from the environment)."""
+    from shardprep.storage.locations import StorageOptions    # not for stage and upload, which use the client
+
     return StorageOptions(s3=client_options_from_args(args))

@@ -5,10 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from shardprep.cli.args import (add_executor_arguments, add_plan_arguments, add_slurm_arguments, executor_from_args,
-                                plan_from_args)
+from shardprep.cli._slurm import add_executor_arguments, add_slurm_arguments, executor_from_args
+from shardprep.cli.plan import add_plan_arguments, plan_from_args, sizing_line
 from shardprep.errors import ConfigError
-from shardprep.cli.plan import sizing_line
 from shardprep.executor import Executor, make_executor
 from shardprep.job.schema import Job
 from shardprep.job.state import format_array_ranges, job_state, load_job

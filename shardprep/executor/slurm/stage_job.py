@@ -74,7 +74,7 @@ def submit_stage(stage_options: "StageOptions", opts: SlurmOptions, submit_argv:
 
     ``opts`` places the stage job (start from :data:`STAGE_JOB_OPTIONS`).  ``submit_argv``: the full
     ``shardprep submit`` argument list the job runs once everything is staged (None: stage only); the
-    caller has checked it (``shardprep.cli.args.check_then_tokenize``) so mistakes fail on the login
+    caller has checked it (``shardprep.cli.stage.check_then_tokenize``) so mistakes fail on the login
     node, not in the job.
     """
     from shardprep.storage.lustre import prepare_output_dir
