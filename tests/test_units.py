@@ -79,7 +79,7 @@ def test_streamed_fingerprint_is_the_whole_body_hash(specs, target, add_bos, bac
     info = TokenizerInfo("tok.json", "f" * 64, 50257, "uint16", "<|endoftext|>", 50256, None, None, None, None)
     opts = TokenizeOptions(add_bos=add_bos, bos_token="<s>" if add_bos else None, backend=backend)
     plan = Plan(inputs, ResolvedTokenizer("{}", info), opts, PlanOptions(target))   # no split: target >= sizes
-    streamed = Fingerprint(plan)
+    streamed = Fingerprint(plan.inputs, plan.options, plan.tokenizer.info)
     tasks = list(plan.iter_tasks())
     streamed.add(tasks[:1])           # fed in batches of any size
     streamed.add([])

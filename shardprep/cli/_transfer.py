@@ -11,7 +11,8 @@ import orjson
 
 from shardprep.cli._s3 import add_s3_arguments, client_options_from_args
 from shardprep.cli.args import add_field, size_arg, size_text
-from shardprep.staging.summary import TransferSummary, human_bytes
+from shardprep.staging.summary import TransferSummary
+from shardprep.units import decimal_bytes
 
 
 def add_transfer_arguments(p: argparse.ArgumentParser, owner: type, *, what: str, part_help: str) -> None:
@@ -66,5 +67,5 @@ def print_dry_run(moves: list[tuple[int, str, str]], *, verb: str, noun: str, sk
         return 0
     for size, src, dst in moves:
         print(f"{size:>14}  {src}  ->  {dst}")
-    print(f"would {verb} {len(moves)} {noun}, {human_bytes(total)} ({total} bytes); {skipped} {skipped_as}")
+    print(f"would {verb} {len(moves)} {noun}, {decimal_bytes(total)} ({total} bytes); {skipped} {skipped_as}")
     return 0

@@ -15,7 +15,7 @@ from shardprep.errors import ConfigError
 
 if TYPE_CHECKING:  # pragma: no cover
     from shardprep.executor.slurm.options import SlurmOptions
-    from shardprep.staging.stage import StageOptions
+    from shardprep.staging.options import StageOptions
 
 NAME = "stage"
 HELP = "copy an S3 prefix to a local or Lustre directory, verified and resumable"
@@ -39,7 +39,7 @@ keys (nothing written); 7 some objects failed (the others landed; re-run to retr
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from shardprep.staging.s5cmd import ENGINES
-    from shardprep.staging.stage import StageOptions
+    from shardprep.staging.options import StageOptions
 
     p.add_argument("source", metavar="s3://BUCKET/PREFIX/", help="S3 prefix to copy (treated as a directory)")
     p.add_argument("dest", metavar="DEST", help="destination directory (created if missing)")
@@ -55,7 +55,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def options_from_args(args: argparse.Namespace) -> StageOptions:
     """The ``StageOptions`` of this command line (the stage job re-creates them with ``to_argv``)."""
-    from shardprep.staging.stage import StageOptions
+    from shardprep.staging.options import StageOptions
 
     layout = stripe_layout_from_args(args, default=field_default(StageOptions, "layout"))
     return transfer_options_from_args(StageOptions, args, layout=layout, engine=args.engine)

@@ -12,7 +12,7 @@ loaders).  So unless the user names a shape, the planner picks a target number o
   making more tasks than that; above 512 MiB per slot the cap makes more tasks than slots (waves), which
   bounds what a failed or preempted task loses.
 - *floor*: a task must make a shard of at least 16 MiB.  Split pieces and packs are at least half the
-  target (``job.plan.iter_tasks``), so the floor is ``2 x 16 MiB x 1.25 / r`` where ``r`` is shard bytes per
+  target (``job.cutting.iter_tasks``), so the floor is ``2 x 16 MiB x 1.25 / r`` where ``r`` is shard bytes per
   input byte measured on a sample of the inputs (``job.shard_ratio``), and never below 64 MiB (a task
   should tokenize for seconds, not pay its start-up for nothing).  Without a sample (only compressed or
   columnar inputs, whose sizes understate the text) the floor is 128 MiB.

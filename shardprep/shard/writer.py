@@ -8,7 +8,6 @@ so they are standard ustar that ``tar``, ``tarfile`` and webdataset all read.
 
 from __future__ import annotations
 
-import os
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,8 +16,7 @@ from types import TracebackType
 import numpy as np
 
 from shardprep.shard.sidecar import ChunkTable, ShardTotals
-from shardprep.storage.atomic import (HashingWriter, discard_temp, fsync_dir, no_space_error, start_writeback,
-                                     temp_name_for)
+from shardprep.storage.atomic import AtomicFile, HashingWriter, no_space_error, start_writeback
 from shardprep.shard.format import DTYPES, EXT_FOR_DTYPE, LAYOUTS, sample_key
 
 _BLOCK = 512
@@ -50,8 +48,8 @@ class ShardWriter:
         self.dtype = np.dtype(DTYPES[dtype])
         self._max_id = np.iinfo(self.dtype).max
         self.chunk_tokens = max(1, int(chunk_tokens))
-        self._tmp = temp_name_for(self.path)
-        self._file = open(self._tmp, "wb", buffering=4 << 20)
+        self._atomic = AtomicFile(self.path, buffering=4 << 20)
+        self._file = self._atomic.file
         self._out = HashingWriter(self._file)
         self._written_back = 0   # bytes handed to start_writeback so far
         self._rows: list[tuple[str, int, int, int, int, int]] = []   # the chunk table, one row per sample
@@ -104,11 +102,7 @@ class ShardWriter:
         if self.layout == "pack":
             self._flush_chunk()
         self._out.write(b"\0" * (2 * _BLOCK))
-        self._file.flush()
-        os.fsync(self._file.fileno())
-        self._file.close()
-        os.replace(self._tmp, self.path)
-        fsync_dir(self.path.parent)
+        self._atomic.commit()
         self._closed = True
         return ShardResult(
             path=self.path,
@@ -125,7 +119,7 @@ class ShardWriter:
         if self._closed:
             return
         self._closed = True
-        discard_temp(self._file, self._tmp)
+        self._atomic.abort()
 
     def __enter__(self) -> "ShardWriter":
         return self

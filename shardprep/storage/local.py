@@ -10,6 +10,15 @@ from shardprep.storage.atomic import sha256_file
 from shardprep.storage.store import exact
 
 
+def existing_ancestor(path: str | os.PathLike) -> Path:
+    """``path`` or its nearest existing parent (what statfs, Lustre detection and permission probes can
+    look at before a directory is created)."""
+    probe = Path(os.path.abspath(path))
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    return probe
+
+
 class LocalSource:
     """A local or Lustre file read with ``os.pread`` (thread-safe, no seek state)."""
 

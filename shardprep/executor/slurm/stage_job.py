@@ -33,7 +33,7 @@ from shardprep.executor.slurm.options import SlurmOptions
 from shardprep.executor.slurm.render import job_environment, render, template_text, unsafe_path_problem
 
 if TYPE_CHECKING:
-    from shardprep.staging.stage import StageOptions
+    from shardprep.staging.options import StageOptions
 
 log = logging.getLogger(__name__)
 
