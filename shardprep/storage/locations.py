@@ -22,13 +22,10 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from shardprep.errors import ConfigError, InputDataError
-from shardprep.storage.local import LocalSource, LocalStore
+from shardprep.storage.local import LocalStore
 from shardprep.storage.remote import FsspecStore
 from shardprep.storage.s3 import ClientOptions, S3Store
 from shardprep.storage.store import ByteSource, Store
-
-__all__ = ["SCHEMES", "ByteSource", "LocalSource", "Store", "StorageOptions", "is_s3", "is_url", "join",
-           "object_sizes", "open_source", "read_bytes", "scheme", "sha256_of", "split", "store_for"]
 
 
 @dataclass(frozen=True)
