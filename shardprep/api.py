@@ -88,17 +88,16 @@ def tokenize_directory(inputs: str | Path | Sequence[str | Path], output: str | 
 
     Tasks are sized from the data (``job.sizing``) unless ``target_task_bytes`` or ``one_file_per_task``.
     """
-    from shardprep.executor import task_slots
     from shardprep.executor.local import LocalExecutor, LocalOptions
     from shardprep.job.state import job_state
 
     if isinstance(inputs, (str, Path)):
         inputs = [inputs]
-    local = LocalOptions(workers, show_progress)          # bad values fail before anything is written
+    executor = LocalExecutor(LocalOptions(workers, show_progress))   # bad values fail before anything is written
     with output_lock(output):
         plan_job(inputs, output, tokenizer, TokenizeOptions(**options),
-                 PlanOptions(target_task_bytes, one_file_per_task), task_slots=task_slots("local", local),
+                 PlanOptions(target_task_bytes, one_file_per_task), task_slots=executor.task_slots(),
                  overwrite=overwrite)
         missing = job_state(Path(output)).missing
-        LocalExecutor(local).launch(Path(output), missing)
+        executor.launch(Path(output), missing)
     return Path(output)

@@ -41,7 +41,7 @@ def planned_with_slurm_record(tmp_path: Path, tokenizer: Path, options: dict, jo
     """OUTPUT of a planned job of ``tasks`` one-line inputs, recorded in ``slurm/jobs.json`` as submitted in
     array ``job_id`` (and ``finalize``, a finalize record) with Slurm ``options`` (``SlurmOptions.to_dict()``),
     without Slurm: for the status view read from logs (write ``OUTPUT/logs/<job_id>_<task>.out`` yourself)."""
-    from shardprep.executor.slurm.jobs import SubmissionRecorder
+    from shardprep.executor.slurm.jobs import ArrayRecord, FinalizeRecord, SubmissionRecorder
 
     inp = tmp_path / "in"
     inp.mkdir()
@@ -51,10 +51,10 @@ def planned_with_slurm_record(tmp_path: Path, tokenizer: Path, options: dict, jo
     run_cli("plan", "--one-file-per-task", "-i", inp, "-o", out, "-t", tokenizer)
     (out / "logs").mkdir(exist_ok=True)
     ids = f"0-{tasks - 1}"
-    rec = SubmissionRecorder(out, {"executor": "slurm", "tasks": ids, "options": options})
-    rec.add_array({"job_id": job_id, "offset": 0, "indices": ids, "tasks": ids, "log": "logs/{job}_{index}.out"})
+    rec = SubmissionRecorder(out, executor="slurm", tasks=ids, options=options)
+    rec.add_array(ArrayRecord(job_id, ids, ids, "logs/{job}_{index}.out", offset=0))
     if finalize:
-        rec.set_finalize(finalize)
+        rec.set_finalize(FinalizeRecord(**finalize))
     return out
 
 

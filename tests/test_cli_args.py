@@ -8,13 +8,14 @@ import dataclasses
 
 import pytest
 
-from shardprep.cli.args import (executor_from_args, field_default, from_fields, size_text, slurm_options_from_args,
-                                transfer_options_from_args)
+from shardprep.cli._slurm import executor_from_args, slurm_options_from_args
+from shardprep.cli._transfer import transfer_options_from_args
+from shardprep.cli.args import field_default, from_fields, size_text
 from shardprep.cli.main import build_parser
 from shardprep.errors import ConfigError
 from shardprep.executor import make_executor
 from shardprep.executor.local import LocalExecutor, LocalOptions
-from shardprep.executor.slurm.jobs import write_submissions
+from shardprep.executor.slurm.jobs import Submission, write_submissions
 from shardprep.executor.slurm.options import SlurmOptions
 from shardprep.executor.slurm.stage_job import STAGE_JOB_OPTIONS
 from shardprep.hf.export import ExportRequest
@@ -97,7 +98,7 @@ def test_size_text_reads_back(n):
 
 def test_resume_takes_the_recorded_executor_and_options(tmp_path):
     recorded = SlurmOptions(partition="cpu", max_parallel=4)
-    write_submissions(tmp_path, [{"seq": 1, "executor": "submitit", "options": recorded.to_dict()}])
+    write_submissions(tmp_path, [Submission(seq=1, executor="submitit", options=recorded.to_dict())])
     args = build_parser().parse_args(["submit", "--resume", str(tmp_path), "--time", "10"])
     name, options = executor_from_args(args, resume=tmp_path)
     assert name == "submitit" and options == dataclasses.replace(recorded, time="10")
@@ -113,3 +114,49 @@ def test_make_executor_takes_option_objects():
         make_executor("pbs", LocalOptions())
     with pytest.raises(ConfigError, match="--workers"):
         LocalOptions(workers=0)
+
+
+def test_every_registered_executor_answers_its_own_task_slots(monkeypatch):
+    """The registry is the only place that knows executors by name: each class builds its options, and each
+    executor says how many tasks it runs at once (the default sizing divides by that)."""
+    from shardprep.executor import EXECUTORS, executor_class
+    from shardprep.executor.slurm import commands as slurm_cmd
+
+    monkeypatch.setattr(slurm_cmd, "partition_cpus", lambda partition: (64, partition or "dev"))
+    assert LocalExecutor(LocalOptions(workers=3)).task_slots() == (3, "--workers")
+    for name in EXECUTORS:
+        if name == "submitit":
+            pytest.importorskip("submitit")
+        args = build_parser("submit").parse_args(["submit", "--executor", name, "--cpus-per-task", "4"])
+        expected = LocalOptions() if name == "local" else SlurmOptions(cpus_per_task=4)
+        assert executor_from_args(args) == (name, expected)
+        assert type(make_executor(name, expected)) is executor_class(name)
+    slurm = make_executor("slurm", SlurmOptions(partition="cpu", cpus_per_task=4))
+    assert slurm.task_slots() == (16, "partition cpu: 64 CPUs / --cpus-per-task 4")
+    assert make_executor("slurm", SlurmOptions(max_parallel=5)).task_slots() == (5, "--max-parallel")
+
+
+def test_resume_keeps_recorded_slurm_options_only_for_slurm_executors(tmp_path):
+    recorded = SlurmOptions(partition="cpu", time="1:00:00")
+    write_submissions(tmp_path, [Submission(seq=1, executor="slurm", options=recorded.to_dict())])
+    local = build_parser().parse_args(["submit", "--resume", str(tmp_path), "--executor", "local", "--workers", "2"])
+    assert executor_from_args(local, resume=tmp_path) == ("local", LocalOptions(workers=2))
+    again = build_parser().parse_args(["submit", "--resume", str(tmp_path), "--sbatch-extra", "exclusive"])
+    assert executor_from_args(again, resume=tmp_path) == ("slurm", dataclasses.replace(recorded,
+                                                                                        extra_sbatch=("exclusive",)))
+
+
+def test_the_generic_argument_module_imports_no_executor_or_storage_code():
+    """cli/args.py holds only the binders every command shares (each command's own arguments live with it), so
+    importing it costs a command nothing it does not use: run-task, once per array task, included."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-c", "import shardprep.cli.args"],
+                          capture_output=True, text=True, check=True, timeout=120)
+    imported = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if "|" in line]
+    assert "shardprep.cli.args" in imported
+    assert [m for m in imported if m.startswith(("shardprep.executor", "shardprep.storage"))] == []
+    source = Path(__file__).resolve().parents[1] / "shardprep" / "cli" / "args.py"
+    assert len(source.read_text(encoding="utf-8").splitlines()) < 150

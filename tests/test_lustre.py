@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from shardprep.cli.args import add_stripe_arguments, stripe_layout_from_args
+from shardprep.cli.plan import add_stripe_arguments, stripe_layout_from_args
 from shardprep.errors import ConfigError, EnvironmentProblem
 from shardprep.storage import lustre
 from shardprep.storage.lustre import (DEFAULT_SHARD_LAYOUT, LUSTRE_SUPER_MAGIC, STAGED_INPUT_LAYOUT, StripeLayout,

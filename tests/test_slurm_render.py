@@ -13,14 +13,15 @@ import sys
 import time
 from pathlib import Path
 
+import orjson
 import pytest
 from helpers import planned_with_slurm_record, run_cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardprep.errors import ConfigError
+from shardprep.errors import ConfigError, RecordError
 from shardprep.executor.slurm import commands as slurm_cmd
-from shardprep.executor.slurm.jobs import latest_attempts
+from shardprep.executor.slurm.jobs import ArrayRecord, Submission, latest_attempts
 from shardprep.executor.slurm.options import SlurmOptions, parse_slurm_time
 from shardprep.executor.slurm.render import PASSED_ENV, SBATCH_MARKER, TEMPLATES, render_tokenize, template_text
 from shardprep.executor.slurm.sbatch import SlurmExecutor
@@ -296,11 +297,9 @@ def test_exit_status_comes_from_the_last_attempt_in_an_appended_log(tmp_path):
 
 def test_latest_attempt_maps_indices_to_tasks():
     subs = [
-        {"seq": 1, "executor": "slurm", "arrays": [
-            {"job_id": "10", "indices": "0-3", "tasks": "0-3", "log": "logs/{job}_{index}.out"},
-            {"job_id": "11", "indices": "0-1", "tasks": "4-5", "log": "logs/{job}_{index}.out"}]},
-        {"seq": 2, "executor": "slurm", "arrays": [
-            {"job_id": "20", "indices": "0,2", "tasks": "3,5", "log": "logs/{job}_{index}.out"}]},
+        Submission(seq=1, arrays=(ArrayRecord("10", "0-3", "0-3", "logs/{job}_{index}.out"),
+                                  ArrayRecord("11", "0-1", "4-5", "logs/{job}_{index}.out"))),
+        Submission(seq=2, arrays=(ArrayRecord("20", "0,2", "3,5", "logs/{job}_{index}.out"),)),
     ]
     att = latest_attempts(subs)
     assert (att[4].job_id, att[4].index, att[4].log) == ("11", 0, "logs/11_0.out")
@@ -398,7 +397,7 @@ def test_status_without_slurm_answers_reads_failures_from_the_logs(tmp_path, sam
 def test_resume_keeps_recorded_options_unless_given_again():
     import argparse
 
-    from shardprep.cli.args import add_slurm_arguments, slurm_options_from_args
+    from shardprep.cli._slurm import add_slurm_arguments, slurm_options_from_args
 
     p = argparse.ArgumentParser()
     add_slurm_arguments(p)
@@ -407,3 +406,60 @@ def test_resume_keeps_recorded_options_unless_given_again():
     assert (opts.partition, opts.time, opts.cpus_per_task, opts.max_parallel) == ("long", "02:00:00", 8, 64)
     fresh = slurm_options_from_args(p.parse_args([]))
     assert (fresh.cpus_per_task, fresh.signal_seconds, fresh.max_parallel) == (1, 120, None)
+
+
+# --- OUTPUT/slurm/jobs.json: typed records ------------------------------------------------------------------
+
+def _jobs_file(out: Path, submissions: list[dict]) -> None:
+    (out / "slurm").mkdir(parents=True, exist_ok=True)
+    (out / "slurm" / "jobs.json").write_bytes(orjson.dumps({"submissions": submissions}))
+
+
+def test_jobs_json_records_round_trip(tmp_path):
+    from shardprep.executor.slurm.jobs import FinalizeRecord, read_submissions, write_submissions
+
+    subs = [
+        Submission(seq=1, submitted_at="2026-01-01T00:00:00+00:00", executor="slurm", tasks="0-5", max_array_size=4,
+                   max_array_size_source="scontrol", throttle="chained", options=SlurmOptions(max_parallel=2).to_dict(),
+                   arrays=(ArrayRecord("10", "0-3", "0-3", "logs/{job}_{index}.out", offset=0, array="0-3%2",
+                                       script="slurm/001-tokenize-0.sbatch"),
+                           ArrayRecord("11", "0-1", "4-5", "logs/{job}_{index}.out", offset=4, array="0-1%2",
+                                       dependency="afterany:10")),
+                   finalize=FinalizeRecord("12", "logs/finalize-12.out", "slurm/001-finalize.sbatch", "afterok:10:11")),
+        Submission(seq=2, executor="submitit", tasks="3", options={},
+                   arrays=(ArrayRecord("20", "0", "3", "slurm/submitit/{job}_0_log.out", plain=True),)),
+        Submission(seq=3, executor="slurm-stage", job_id="30", script="/d/.shardprep-stage/slurm/003-stage.sbatch",
+                   log="/d/.shardprep-stage/slurm/stage-30.out", then_submit=("--input", "/d"), options={}),
+    ]
+    write_submissions(tmp_path, subs)
+    assert read_submissions(tmp_path) == subs
+    write_submissions(tmp_path, read_submissions(tmp_path))
+    assert read_submissions(tmp_path) == subs
+
+
+def test_jobs_json_written_before_the_records_were_typed_still_reads(tmp_path):
+    """Files as sbatch.py, submitit.py and stage_job.py wrote them as dicts: missing keys take defaults, a
+    submission from before --max-requeues keeps an unlimited cap, and what status (the attempts) and --resume
+    (the options) take from them is the same; a wrong type names the file and the field."""
+    from shardprep.executor.slurm.jobs import read_submissions
+
+    old_sbatch = {"seq": 1, "submitted_at": "2026-01-01T00:00:00+00:00", "executor": "slurm", "tasks": "0-2",
+                  "max_array_size": 1001, "max_array_size_source": "scontrol", "throttle": "none",
+                  "options": {"partition": "cpu", "cpus_per_task": 2},
+                  "arrays": [{"job_id": "10", "script": "slurm/001-tokenize-0.sbatch", "dependency": None, "offset": 0,
+                              "array": "0-2", "indices": "0-2", "tasks": "0-2", "log": "logs/{job}_{index}.out"}],
+                  "finalize": {"job_id": "11", "script": "slurm/001-finalize.sbatch", "dependency": "afterok:10",
+                               "log": "logs/finalize-11.out"}}
+    old_submitit = {"seq": 2, "executor": "submitit", "tasks": "1", "options": {"max_requeues": 2},
+                    "arrays": [{"job_id": "20", "offset": None, "indices": "0", "tasks": "1", "dependency": None,
+                                "plain": True, "log": "slurm/submitit/{job}_0_log.out"}], "finalize": None}
+    _jobs_file(tmp_path, [old_sbatch, old_submitit])
+    first, second = read_submissions(tmp_path)
+    assert first.arrays[0].array == "0-2" and not first.arrays[0].plain and first.finalize.job_id == "11"
+    assert first.max_attempts is None and second.max_attempts == 3
+    assert first.slurm_options() == SlurmOptions(partition="cpu", cpus_per_task=2)
+    assert latest_attempts([first, second])[1].element == "20"
+    _jobs_file(tmp_path, [{"seq": 1, "executor": "slurm", "arrays": [{"job_id": 7, "indices": "0", "tasks": "0",
+                                                                         "log": "x"}]}])
+    with pytest.raises(RecordError, match=r"jobs.json: field 'submissions\[0\].arrays\[0\].job_id': expected a string"):
+        read_submissions(tmp_path)

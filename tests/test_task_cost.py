@@ -136,7 +136,8 @@ def test_flat_result_stand_in_gives_awkwards_ids_for_lists_and_buffers(gpt2_toke
 # Modules a run-task never uses: importing them costs every array task start-up time (issue 12).
 NOT_IMPORTED = ("torch", "boto3", "botocore", "s3transfer", "pyarrow", "fsspec", "awkward", "transformers",
                 "datasets", "matplotlib", "pandas", "webdataset", "shardprep.loader", "shardprep.staging",
-                "shardprep.report", "shardprep.executor", "shardprep.doctor", "shardprep.hf", "shardprep.cli.args")
+                "shardprep.report", "shardprep.executor", "shardprep.doctor", "shardprep.hf", "shardprep.cli.plan",
+                "shardprep.cli._slurm", "shardprep.cli._transfer")
 
 
 @pytest.mark.parametrize("backend", ["auto", "hf"])

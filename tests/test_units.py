@@ -16,7 +16,7 @@ from shardprep.inputs.readers import SkipLog, WorkItem, iter_documents
 from shardprep.job.state import format_array_ranges, parse_array_ranges
 from shardprep.job.cutting import split_into_tasks
 from shardprep.shard.reader import read_chunk, walk_tar
-from shardprep.storage.locations import LocalSource
+from shardprep.storage.local import LocalSource
 from shardprep.shard.writer import ShardWriter
 from shardprep.tokenizer.backend import add_boundary_tokens
 
@@ -79,7 +79,7 @@ def test_streamed_fingerprint_is_the_whole_body_hash(specs, target, add_bos, bac
     info = TokenizerInfo("tok.json", "f" * 64, 50257, "uint16", "<|endoftext|>", 50256, None, None, None, None)
     opts = TokenizeOptions(add_bos=add_bos, bos_token="<s>" if add_bos else None, backend=backend)
     plan = Plan(inputs, ResolvedTokenizer("{}", info), opts, PlanOptions(target))   # no split: target >= sizes
-    streamed = Fingerprint(plan)
+    streamed = Fingerprint(plan.inputs, plan.options, plan.tokenizer.info)
     tasks = list(plan.iter_tasks())
     streamed.add(tasks[:1])           # fed in batches of any size
     streamed.add([])
@@ -170,4 +170,4 @@ def test_one_command_line_imports_only_its_own_command_module():
             "try:\n    main(['run-task', '--help'])\nexcept SystemExit:\n    pass\n"
             "print(sorted(m for m in sys.modules if m.startswith('shardprep.cli.')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip().splitlines()[-1] == "['shardprep.cli.main', 'shardprep.cli.run_task']"
+    assert out.strip().splitlines()[-1] == "['shardprep.cli.args', 'shardprep.cli.main', 'shardprep.cli.run_task']"

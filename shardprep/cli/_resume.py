@@ -18,8 +18,8 @@ import argparse
 from pathlib import Path
 from typing import Any, Sequence
 
-from shardprep.cli.args import add_plan_arguments, size_arg, size_text
-from shardprep.cli.plan import add_small_tasks_argument
+from shardprep.cli.args import size_arg, size_text
+from shardprep.cli.plan import add_plan_arguments, add_small_tasks_argument
 from shardprep.errors import ConfigError, PlanConflictError
 from shardprep.job.schema import Job
 

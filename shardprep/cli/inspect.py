@@ -1,19 +1,26 @@
-"""``shardprep inspect``: summarise one shard and decode a few documents."""
+"""``shardprep inspect``: summarise one shard and decode a few documents, at any location.
+
+One path for a local file and a URL: the summary comes from the shard's sidecar, and only the byte ranges
+of the documents decoded are read; a shard without a sidecar (copied on its own) is walked as a tar.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from shardprep.cli._s3 import add_s3_arguments, storage_from_args
 from shardprep.cli.args import count_arg
-from shardprep.errors import InputDataError, TokenizerError
-from shardprep.shard.sidecar import Sidecar
-from shardprep.storage.locations import is_url
+from shardprep.errors import InputDataError, ShardprepError, TokenizerError
 from shardprep.shard.format import TOKENIZER_FILE
-from shardprep.shard.reader import walk_tar
+from shardprep.shard.reader import read_chunk, split_docs, walk_tar
+from shardprep.shard.sidecar import Sidecar
+from shardprep.storage.locations import join, split, store_for
+from shardprep.storage.store import SourceFile, Store
 
 NAME = "inspect"
 HELP = "print a shard's summary and decode its first documents"
@@ -26,52 +33,97 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tokenizer", default=None,
                    help="tokenizer.json for decoding (default: the frozen one beside the shard)")
     p.add_argument("--max-chars", type=count_arg(1), default=300, help="truncate each decoded document to this many characters")
+    add_s3_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
-    if is_url(args.shard):
-        from shardprep.cli._remote import inspect_remote
-        return inspect_remote(args)
-    path = Path(args.shard)
-    if not path.is_file():
-        raise InputDataError(f"shard {path} does not exist")
-    decoder = _decoder(path, args.tokenizer) if args.decode else None
-    sidecar_path = path.with_suffix(".json")
-    sidecar = Sidecar.parse(sidecar_path.read_bytes(), sidecar_path) if sidecar_path.is_file() else None
-    docs: list[np.ndarray] = []
-    samples = n_docs = n_tokens = 0
+    shard = str(args.shard)
+    store = store_for(shard, storage_from_args(args))
+    parent, name = split(shard)
     try:
-        for s in walk_tar(path):
-            samples += 1
-            n_docs += int(s.lengths.size)
-            n_tokens += int(s.tokens.size)
-            if len(docs) < args.decode:
-                docs.extend(s.documents()[: args.decode - len(docs)])
-    except Exception as e:
-        raise InputDataError(f"{path}: not a readable shard: {e}") from None
-    size = path.stat().st_size
-    print(f"{path}: {size:,} bytes, {samples} sample(s), {n_docs:,} documents, {n_tokens:,} tokens")
-    if sidecar:
-        print_sidecar(sidecar, size, n_tokens)
+        size = store.sizes(parent).get(name)
+    except (FileNotFoundError, NotADirectoryError):
+        size = None
+    if size is None:
+        raise InputDataError(f"shard {shard} does not exist")
+    decoder = _decoder(store, parent, args.tokenizer) if args.decode else None
+    sidecar = _sidecar(store, shard)
+    if sidecar is None:       # the tar itself, read front to back (the whole shard)
+        samples, n_docs, n_tokens, docs = _walk(store, shard, size, args.decode)
+        print(f"{shard}: {size:,} bytes, {samples} sample(s), {n_docs:,} documents, {n_tokens:,} tokens")
+    else:                     # the sidecar, and only the byte ranges of the documents decoded
+        docs = _first_documents(store, shard, sidecar, args.decode)
+        print(f"{shard}: {sidecar.bytes:,} bytes, {sidecar.samples} sample(s), {sidecar.documents:,} documents, "
+              f"{sidecar.tokens:,} tokens")
+        print_sidecar(sidecar, sidecar.bytes, sidecar.tokens)
     if docs:
         print_documents(docs, decoder, args.max_chars)
     return 0
 
 
-def _decoder(shard: Path, given: str | None) -> Any:
+def _sidecar(store: Store, shard: str) -> Sidecar | None:
+    """The sidecar beside ``shard`` (``shard-NNNNN.json``), or None when there is none."""
+    where = shard[:-len(".tar")] + ".json" if shard.endswith(".tar") else shard + ".json"
+    try:
+        return Sidecar.parse(store.read_bytes(where), where)
+    except FileNotFoundError:
+        return None
+
+
+def _first_documents(store: Store, shard: str, sidecar: Sidecar, n: int) -> list[np.ndarray]:
+    """The first ``n`` documents, each sample read with the chunk table's ranged reads."""
+    docs: list[np.ndarray] = []
+    if n:
+        with contextlib.closing(store.open(shard)) as src:
+            for chunk in sidecar.chunks.chunks():
+                if len(docs) >= n:
+                    break
+                docs.extend(split_docs(*read_chunk(src, chunk, sidecar.dtype))[: n - len(docs)])
+    return docs
+
+
+def _walk(store: Store, shard: str, size: int, n: int) -> tuple[int, int, int, list[np.ndarray]]:
+    """(samples, documents, tokens, the first ``n`` documents) of a shard without a sidecar: its tar walked."""
+    docs: list[np.ndarray] = []
+    samples = n_docs = n_tokens = 0
+    try:
+        with contextlib.closing(store.open(shard)) as src:
+            for s in walk_tar(shard, SourceFile(src, size)):
+                samples += 1
+                n_docs += int(s.lengths.size)
+                n_tokens += int(s.tokens.size)
+                if len(docs) < n:
+                    docs.extend(s.documents()[: n - len(docs)])
+    except ShardprepError:
+        raise
+    except Exception as e:
+        raise InputDataError(f"{shard}: not a readable shard: {e}") from None
+    return samples, n_docs, n_tokens, docs
+
+
+def _decoder(store: Store, parent: str, given: str | None) -> Any:
     """The tokenizer to decode with (``--tokenizer``, else the plan's frozen copy beside the shard), checked
     before the shard is read: a shard copied on its own has no tokenizer.json next to it."""
     from tokenizers import Tokenizer
 
-    path = Path(given) if given else shard.parent / TOKENIZER_FILE
-    if not path.is_file():
-        where = "" if given else f" (the frozen {TOKENIZER_FILE} of the plan is not beside the shard)"
-        raise TokenizerError(f"cannot decode: {path} does not exist{where}",
-                             hint="pass the tokenizer.json the shard was made with: --tokenizer PATH")
+    if given:
+        path = Path(given)
+        if not path.is_file():
+            raise TokenizerError(f"cannot decode: {path} does not exist",
+                                 hint="pass the tokenizer.json the shard was made with: --tokenizer PATH")
+        text, where = path.read_text(encoding="utf-8", errors="replace"), str(path)
+    else:
+        where = join(parent, TOKENIZER_FILE)
+        try:
+            text = store.read_bytes(where).decode("utf-8", errors="replace")
+        except FileNotFoundError:
+            raise TokenizerError(f"cannot decode: {where} does not exist (the frozen {TOKENIZER_FILE} of the plan "
+                                 f"is not beside the shard)",
+                                 hint="pass the tokenizer.json the shard was made with: --tokenizer PATH") from None
     try:
-        return Tokenizer.from_file(str(path))
+        return Tokenizer.from_str(text)
     except Exception as e:  # tokenizers raises a bare Exception for unreadable or foreign JSON
-        raise TokenizerError(f"cannot decode: {path} is not a tokenizer.json ({e})") from None
+        raise TokenizerError(f"cannot decode: {where} is not a tokenizer.json ({e})") from None
 
 
 def print_sidecar(sidecar: Sidecar, size: int, n_tokens: int) -> None:

@@ -1,17 +1,23 @@
-"""``shardprep plan``: freeze the plan (job.json) without running anything."""
+"""``shardprep plan``: freeze the plan (job.json) without running anything; and the plan's arguments
+(inputs, output, tokenizer, every ``TokenizeOptions``/``PlanOptions`` field, Lustre striping), which
+``submit`` takes as well (and ``stage`` the striping)."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from shardprep.cli.args import add_plan_arguments, plan_from_args
+from shardprep.cli.args import add_field, count_arg, from_fields, size_arg, size_text
 from shardprep.errors import ConfigError
-from shardprep.job.plan_files import TaskTable
-from shardprep.job.schema import Job
-from shardprep.job.sizing import describe
-from shardprep.job.state import describe_task_ids, job_state
+from shardprep.job.options import BACKENDS, TXT_MODES, PlanOptions, TokenizeOptions
+from shardprep.shard.format import LAYOUTS
+from shardprep.storage.lustre import DEFAULT_SHARD_LAYOUT, StripeLayout, prepare_output_dir
 from shardprep.units import human_bytes
+
+if TYPE_CHECKING:  # pragma: no cover
+    from shardprep.job.plan import Plan
+    from shardprep.job.schema import Job
 
 NAME = "plan"
 HELP = "list inputs, assign them to tasks and write OUTPUT/job.json (runs nothing)"
@@ -46,6 +52,10 @@ def check_plan_arguments(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     check_plan_arguments(args)
+    # imported here: stage takes its striping arguments from this module, and its start-up stays without them
+    from shardprep.job.plan_files import TaskTable
+    from shardprep.job.state import describe_task_ids, job_state
+
     plan, job = plan_from_args(args)
     state = job_state(args.output, job)
     s = job.summary
@@ -71,7 +81,111 @@ def run(args: argparse.Namespace) -> int:
 
 def sizing_line(job: Job) -> str:
     """The task shape the plan used and why (plans from before the sizing rule have no record of it)."""
+    from shardprep.job.sizing import describe
+
     if job.sizing is None:
         target = job.plan_options.target_task_bytes
         return f"sizing: {'one file per task' if target is None else f'target {target:,} bytes per task'}"
     return describe(job.sizing, job.n_tasks)
+
+
+# ------------------------------------------------------------------------------------- the plan's arguments
+
+def add_plan_arguments(p: argparse.ArgumentParser, *, required: bool = True) -> None:
+    """Inputs, output, tokenizer, striping and every ``TokenizeOptions``/``PlanOptions`` field."""
+    g = p.add_argument_group("inputs and outputs")
+    g.add_argument("--input", "-i", action="append", required=False, metavar="PATH",
+                   help="input file, directory (walked recursively), glob, or @FILE listing paths; repeatable. "
+                        "Types: .txt, .jsonl, .parquet, .arrow, or a save_to_disk directory; txt/jsonl may be "
+                        ".gz or .zst")
+    g.add_argument("--output", "-o", required=required, metavar="DIR", help="output directory for shards and job.json")
+    g.add_argument("--tokenizer", "-t", metavar="SPEC",
+                   help="tokenizer.json file, directory with tokenizer files, or Hugging Face hub id "
+                        "(fast tokenizers only)")
+    g.add_argument("--overwrite", action="store_true",
+                   help="if OUTPUT holds a different plan, delete what shardprep wrote there (shards, plan, index, "
+                        "logs; other files are kept) and start over (default: refuse)")
+
+    add_stripe_arguments(p)
+    tok = TokenizeOptions
+    g = p.add_argument_group("documents")
+    add_field(g, "--text-field", owner=tok, help="jsonl key / parquet or arrow column holding the text")
+    add_field(g, "--txt-mode", owner=tok, choices=TXT_MODES,
+              help="txt inputs: one document per line, or blank-line separated paragraphs")
+    add_field(g, "--strict", owner=tok, action="store_true",
+              help="fail on the first bad document (invalid UTF-8, empty, malformed JSON, missing field, "
+                   "too long) instead of counting and skipping it")
+    add_field(g, "--max-doc-bytes", owner=tok, type=size_arg, shown=size_text,
+              help="documents longer than this are skipped as too_long (suffixes K, M, G)")
+
+    g = p.add_argument_group("tokens")
+    add_field(g, "--eos", dest="add_eos", owner=tok, action=argparse.BooleanOptionalAction,
+              help="append the EOS token to every document")
+    add_field(g, "--bos", dest="add_bos", owner=tok, action=argparse.BooleanOptionalAction,
+              help="prepend the BOS token to every document")
+    add_field(g, "--eos-token", owner=tok, help="EOS token string (default: the tokenizer's own)")
+    add_field(g, "--bos-token", owner=tok, help="BOS token string (default: the tokenizer's own)")
+    add_field(g, "--allow-special-tokens", owner=tok, action="store_true",
+              help="let special-token strings in raw text (e.g. <|endoftext|>) become control tokens; "
+                   "by default they are encoded as plain text")
+    add_field(g, "--backend", owner=tok, choices=BACKENDS,
+              help="tokenizer backend; auto uses a faster one only after it reproduced the hf ids exactly")
+
+    g = p.add_argument_group("shards and tasks")
+    add_field(g, "--layout", owner=tok, choices=LAYOUTS,
+              help="pack: samples of many documents (pretraining, ~1.02x raw token bytes); "
+                   "doc: one sample per document (fine-tuning)")
+    add_field(g, "--chunk-tokens", owner=tok, type=int,
+              help="pack layout: tokens per sample (documents are never split)")
+    add_field(g, "--target-task-bytes", owner=PlanOptions, type=size_arg, shown=size_text,
+              help="input bytes per task, with suffixes K, M, G (e.g. 256M): pack smaller files together, split "
+                   "larger uncompressed txt/jsonl (and parquet/arrow) files; default: chosen from the data "
+                   "(docs/slurm.md, 'Task sizing')")
+    add_field(g, "--one-file-per-task", owner=PlanOptions, action="store_true",
+              help="one task (and one shard) per input file, whatever the sizes")
+    add_field(g, "--parallel-tasks", owner=PlanOptions, type=count_arg(), metavar="N",
+              help="tasks the cluster runs at once, for the default sizing (default: the executor's: local "
+                   "workers, the Slurm partition's CPUs / --cpus-per-task, or --max-parallel)")
+
+
+def plan_from_args(args: argparse.Namespace, task_slots: tuple[int, str] | None = None) -> tuple[Plan, Job]:
+    """Plan and freeze the job of the command line; ``task_slots``: the executor's (job.sizing)."""
+    from shardprep.api import plan_job
+
+    if not args.input:
+        raise ConfigError("--input is required (a file, directory, glob or @list)")
+    if not args.tokenizer:
+        raise ConfigError("--tokenizer is required (tokenizer.json, a directory, or a hub id)")
+    layout = stripe_layout_from_args(args, default=DEFAULT_SHARD_LAYOUT)
+    return plan_job(args.input, args.output, args.tokenizer, from_fields(TokenizeOptions, args),
+                    from_fields(PlanOptions, args), task_slots=task_slots, overwrite=args.overwrite,
+                    prepare_dir=lambda out: prepare_output_dir(out, layout))
+
+
+def add_stripe_arguments(parser: argparse.ArgumentParser, *, default: StripeLayout = DEFAULT_SHARD_LAYOUT,
+                         what: str = "progressive") -> None:
+    """``--stripe-count/--stripe-size/--stripe-layout/--no-stripe`` for commands that create directories;
+    ``default`` (described as ``what``) is the layout used when none of them is given."""
+    g = parser.add_argument_group("Lustre striping (only on Lustre, only for a new empty directory)",
+                                  f"Default layout: {what} ({' '.join(default.args)}).")
+    g.add_argument("--stripe-count", type=int, default=None, help="plain layout: stripes per file (-1 = all OSTs)")
+    g.add_argument("--stripe-size", default=None, help="plain layout: stripe size, e.g. 1M or 4M")
+    g.add_argument("--stripe-layout", default=None, metavar="OPTIONS",
+                   help="raw `lfs setstripe` options, e.g. '-E 256M -c 1 -E -1 -c 16 -S 4M'")
+    g.add_argument("--no-stripe", action="store_true", help="leave the directory's inherited layout alone")
+
+
+def stripe_layout_from_args(args: argparse.Namespace, *, default: StripeLayout) -> StripeLayout | None:
+    """The layout the options ask for; None for ``--no-stripe``.  Conflicting options are a ConfigError."""
+    plain = args.stripe_count is not None or args.stripe_size is not None
+    chosen = [name for name, on in (("--no-stripe", args.no_stripe), ("--stripe-layout", args.stripe_layout),
+                                     ("--stripe-count/--stripe-size", plain)) if on]
+    if len(chosen) > 1:
+        raise ConfigError(f"{' and '.join(chosen)} cannot be combined; pick one")
+    if args.no_stripe:
+        return None
+    if args.stripe_layout is not None:
+        return StripeLayout.from_raw(args.stripe_layout)
+    if plain:
+        return StripeLayout.plain(args.stripe_count, args.stripe_size)
+    return default

@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from shardprep.cli._s3 import add_s3_arguments, storage_from_args
+
 NAME = "report"
 HELP = "write an HTML page with figures (and PNGs) about a job's shards, tasks and tokenizer, or print --json"
 DESCRIPTION = (
@@ -20,29 +22,31 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from shardprep.report import DEFAULT_MAX_CHUNKS   # no numpy: `shardprep --help` stays cheap
 
     p.add_argument("output", metavar="OUTPUT",
-                   help="the job's output directory, or a finalized output the loader reads (s3://bucket/prefix)")
+                   help="the job's output directory, or a finalized output the loader reads (s3://bucket/prefix, "
+                        "gs://..., any URL)")
     p.add_argument("--html", default=None, metavar="PATH",
                    help="where to write the page (PNGs go beside it); default: OUTPUT/report.html, or ./report.html "
                         "for a remote OUTPUT")
     p.add_argument("--json", action="store_true", help="print the report's numbers as JSON instead of writing a page")
     p.add_argument("--max-chunks", type=int, default=DEFAULT_MAX_CHUNKS, metavar="N",
                    help="read document lengths from at most N chunks, spread evenly over the job (pack layout)")
+    add_s3_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
     from shardprep.errors import ConfigError
-    from shardprep.storage.locations import is_s3
     from shardprep.report.build import report_numbers, write_report
+    from shardprep.storage.locations import is_url
 
     if args.max_chunks < 1:
         raise ConfigError(f"--max-chunks={args.max_chunks} is invalid: must be >= 1")
-    numbers = report_numbers(args.output, max_chunks=args.max_chunks)
+    numbers = report_numbers(args.output, max_chunks=args.max_chunks, storage=storage_from_args(args))
     if args.json:
         import orjson
 
         sys.stdout.write(orjson.dumps(numbers, option=orjson.OPT_INDENT_2).decode() + "\n")
         return 0
-    default = Path("report.html") if is_s3(args.output) else Path(args.output) / "report.html"
+    default = Path("report.html") if is_url(args.output) else Path(args.output) / "report.html"
     written = write_report(numbers, Path(args.html) if args.html else default)
     print(f"report: {written.html}")
     for png in written.pngs:

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
-from shardprep.cli._transfer import finish, print_dry_run
-from shardprep.cli.args import (add_field, add_stage_submit_arguments, add_stripe_arguments, add_transfer_arguments,
-                                field_default, slurm_options_from_args, stage_job_from_args, stripe_layout_from_args,
-                                transfer_options_from_args)
 from shardprep._extras import require
+from shardprep.cli._slurm import add_slurm_arguments, slurm_options_from_args
+from shardprep.cli._transfer import add_transfer_arguments, finish, print_dry_run, transfer_options_from_args
+from shardprep.cli.args import add_field, field_default
+from shardprep.cli.plan import add_stripe_arguments, stripe_layout_from_args
 from shardprep.errors import ConfigError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from shardprep.staging.stage import StageOptions
+    from shardprep.executor.slurm.options import SlurmOptions
+    from shardprep.staging.options import StageOptions
 
 NAME = "stage"
 HELP = "copy an S3 prefix to a local or Lustre directory, verified and resumable"
@@ -38,7 +39,7 @@ keys (nothing written); 7 some objects failed (the others landed; re-run to retr
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from shardprep.staging.s5cmd import ENGINES
-    from shardprep.staging.stage import StageOptions
+    from shardprep.staging.options import StageOptions
 
     p.add_argument("source", metavar="s3://BUCKET/PREFIX/", help="S3 prefix to copy (treated as a directory)")
     p.add_argument("dest", metavar="DEST", help="destination directory (created if missing)")
@@ -54,7 +55,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def options_from_args(args: argparse.Namespace) -> StageOptions:
     """The ``StageOptions`` of this command line (the stage job re-creates them with ``to_argv``)."""
-    from shardprep.staging.stage import StageOptions
+    from shardprep.staging.options import StageOptions
 
     layout = stripe_layout_from_args(args, default=field_default(StageOptions, "layout"))
     return transfer_options_from_args(StageOptions, args, layout=layout, engine=args.engine)
@@ -89,8 +90,7 @@ def run(args: argparse.Namespace) -> int:
         slurm = fit_cpus_to_nodes(slurm, chosen=hasattr(args, "cpus_per_task"), what="the stage job")
         if then_submit:
             _check_then_submit(then_submit)
-        record = submit_stage(options, slurm, then_submit, dry_run=args.dry_run)
-        print(record["script"] if args.dry_run else record["job_id"])
+        print(submit_stage(options, slurm, then_submit, dry_run=args.dry_run))   # the job id, or the script
         return 0
     if args.dry_run:
         plan = plan_stage(options, make_client(options.client))
@@ -98,3 +98,65 @@ def run(args: argparse.Namespace) -> int:
         return print_dry_run(moves, verb="copy", noun="objects", skipped=len(plan.skipped),
                              skipped_as="already verified", as_json=args.json)
     return finish(stage_prefix(options), as_json=args.json)
+
+
+# ------------------------------------------------------------------------------------- stage as a job
+
+def add_stage_submit_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--submit``, ``--then-tokenize`` and the Slurm placement options of the stage job."""
+    from shardprep.executor.slurm.stage_job import STAGE_JOB_OPTIONS
+
+    g = parser.add_argument_group("Slurm (with --submit)")
+    g.add_argument("--submit", action="store_true",
+                   help="run the stage as a Slurm batch job instead of here; prints the job id")
+    g.add_argument("--then-tokenize", nargs=argparse.REMAINDER, default=None, metavar="SUBMIT_ARGS",
+                   help="must come last: after a successful stage the job runs `shardprep submit --executor "
+                        "slurm --input DEST SUBMIT_ARGS...`, e.g. --then-tokenize --output /fsx/shards "
+                        "--tokenizer gpt2 --cpus-per-task 8")
+    add_slurm_arguments(parser, title="Slurm options of the stage job (with --submit; the tokenize job's go "
+                                      "after --then-tokenize)",
+                        only=("partition", "account", "qos", "time", "mem", "cpus_per_task", "constraint",
+                              "extra_sbatch", "job_name"),
+                        helps={"partition": "partition (queue) of the stage job",
+                               "time": "time limit of the stage job; default: the partition's",
+                               "mem": "memory of the stage job, e.g. 8G; default: the partition's",
+                               "cpus_per_task": "CPUs of the stage job (default {}): hashing and TLS for the "
+                                                "concurrent transfers"},
+                        defaults=STAGE_JOB_OPTIONS)
+
+
+def stage_job_from_args(args: argparse.Namespace, dest: Path) -> tuple[SlurmOptions, list[str] | None]:
+    """(the stage job's Slurm options, the checked ``submit`` argv it runs afterwards or None)."""
+    from shardprep.executor.slurm.stage_job import STAGE_JOB_OPTIONS
+
+    then = args.then_tokenize
+    if then is not None and not then:
+        raise ConfigError("--then-tokenize needs the options of `shardprep submit` after it (at least --output "
+                          "and --tokenizer)")
+    return slurm_options_from_args(args, STAGE_JOB_OPTIONS), check_then_tokenize(dest, then) if then else None
+
+
+def check_then_tokenize(dest: Path, submit_args: Sequence[str]) -> list[str]:
+    """The full ``submit`` argument list the stage job will run, parsed now so mistakes fail on the login
+    node (argparse exits 2 naming a bad option)."""
+    from shardprep.cli.main import build_parser
+    from shardprep.executor.slurm.render import unsafe_path_problem
+
+    args = list(submit_args)
+    for forbidden in ("--input", "-i", "--resume", "--dry-run"):
+        if any(a == forbidden or a.startswith(forbidden + "=") for a in args):
+            raise ConfigError(f"--then-tokenize ... {forbidden}: not allowed here (the input is DEST, "
+                              f"{dest}, and the job submits for real)")
+    if not any(a == "--executor" or a.startswith("--executor=") for a in args):
+        args = ["--executor", "slurm", *args]
+    full = ["--input", str(dest), *args]
+    parsed = build_parser("submit").parse_args(["submit", *full])
+    if not parsed.output:
+        raise ConfigError("--then-tokenize needs --output DIR (where the shards go)")
+    if parsed.executor == "local":
+        raise ConfigError("--then-tokenize with --executor local would tokenize inside the stage job",
+                          hint="use --executor slurm (default) or submitit")
+    problem = unsafe_path_problem(Path(parsed.output))
+    if problem:
+        raise ConfigError(f"--then-tokenize --output {parsed.output}: the path {problem}")
+    return full

@@ -7,7 +7,8 @@ import argparse
 import time
 from pathlib import Path
 
-from shardprep.errors import EXIT_INCOMPLETE
+from shardprep.cli._s3 import add_s3_arguments
+from shardprep.errors import EXIT_INCOMPLETE, ConfigError
 from shardprep.executor.slurm.state import as_json, collect, format_view
 from shardprep.job.advice import rerun_advice, resume_command
 from shardprep.job.progress import JobProgress, activity, estimate, planned_input_bytes
@@ -16,6 +17,7 @@ from shardprep.job.state import JobState, format_array_ranges, job_state, load_j
 from shardprep.report.fmt import duration, human_bytes, number, rate
 from shardprep.report.logs import TAIL_BYTES, TaskLog, read_task_logs
 from shardprep.shard.format import INDEX_FILE, LOG_DIR
+from shardprep.storage.locations import is_url
 
 NAME = "status"
 HELP = "show done/missing tasks, totals, throughput so far and the job's ETA of an output directory"
@@ -25,6 +27,7 @@ MISSING_SHOWN = 10      # tasks whose reason for not being done is listed
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("output", metavar="OUTPUT", help="output directory holding job.json")
     p.add_argument("--json", action="store_true", help="print machine-readable JSON instead of text")
+    add_s3_arguments(p)
 
 
 def job_progress(output: Path, job: Job, state: JobState, slurm: dict | None, now: float,
@@ -80,6 +83,11 @@ def index_line(output: Path, state: JobState, finalized: bool, slurm: dict | Non
 
 
 def run(args: argparse.Namespace) -> int:
+    if is_url(args.output):      # never a local path made of a URL (Path("s3://b/x") is "s3:/b/x")
+        raise ConfigError(f"{args.output} is a URL: status needs the output directory where the job ran (its "
+                          f"job.json, sidecars and task logs)",
+                          hint=f"for a finished copy at a URL: shardprep verify {args.output}, or shardprep report "
+                               f"{args.output}")
     output = Path(args.output)
     job = load_job(output)
     state = job_state(output, job)

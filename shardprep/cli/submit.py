@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from shardprep.cli.args import (add_executor_arguments, add_plan_arguments, add_slurm_arguments, executor_from_args,
-                                plan_from_args)
 from shardprep.cli._resume import refuse_unapplied_options, replan_conflict
-from shardprep.cli.plan import add_small_tasks_argument, check_plan_arguments, sizing_line
+from shardprep.cli._slurm import add_executor_arguments, add_slurm_arguments, executor_from_args
+from shardprep.cli.plan import (add_plan_arguments, add_small_tasks_argument, check_plan_arguments, plan_from_args,
+                                sizing_line)
 from shardprep.errors import ConfigError, IncompleteError, PlanConflictError
-from shardprep.executor import Executor, make_executor, task_slots
+from shardprep.executor import Executor, make_executor
 from shardprep.executor.slurm.fit import fit_cpus_to_nodes
 from shardprep.job.schema import Job
 from shardprep.job.state import describe_task_ids, job_state, load_job, read_frozen_tokenizer
@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
         raise IncompleteError(f"--resume {args.resume}: no such directory",
                               hint="give the --output directory of an earlier plan or submit")
     check_plan_arguments(args)
-    slots = None if args.resume else task_slots(name, options)      # what the sizing rule divides by
+    slots = None if args.resume else executor.task_slots()      # what the sizing rule divides by
     # one writer per output directory: held while planning and launching (for the local executor, until
     # the last task and finalize are done; for Slurm, until the jobs are submitted)
     with output_lock(Path(args.resume or args.output)):

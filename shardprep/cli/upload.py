@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from shardprep.cli._transfer import finish, print_dry_run
-from shardprep.cli.args import add_field, add_transfer_arguments, transfer_options_from_args
+from shardprep.cli._transfer import add_transfer_arguments, finish, print_dry_run, transfer_options_from_args
+from shardprep.cli.args import add_field
 
 if TYPE_CHECKING:  # pragma: no cover
     from shardprep.staging.upload import UploadOptions

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
+from shardprep.cli._s3 import add_s3_arguments, storage_from_args
 from shardprep.cli.args import count_arg
 from shardprep.errors import EXIT_INCOMPLETE
 from shardprep.job.verify import verify
-from shardprep.storage.locations import is_url
 
 NAME = "verify"
 HELP = "re-hash and re-parse every shard against index.json; exit 5 naming each bad shard"
@@ -17,15 +16,13 @@ HELP = "re-hash and re-parse every shard against index.json; exit 5 naming each 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("output", metavar="OUTPUT", help="finalized output directory (holding index.json), or its URL "
-                   "(s3://, gs://, az://, https://, hf://...: sizes, sidecars and sha256 checked)")
+                   "(s3://, gs://, az://, https://, hf://...): the same checks either way")
     p.add_argument("--workers", type=count_arg(1), default=4, help="shards checked in parallel")
+    add_s3_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
-    if is_url(args.output):
-        from shardprep.cli._remote import verify_remote
-        return verify_remote(args.output)
-    bad = verify(Path(args.output), workers=args.workers)
+    bad = verify(args.output, workers=args.workers, storage=storage_from_args(args))
     for check in bad:
         print(f"BAD {check.name}: {'; '.join(check.problems)}", file=sys.stderr)
     if bad:

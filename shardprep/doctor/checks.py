@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from shardprep import __version__
 from shardprep.doctor.machine import (FAIL, OK, WARN, Check, check_cpus, check_environment, check_filesystem,
-                                      check_memory, check_slurm, check_versions, check_write_permission,
-                                      existing_ancestor)
+                                      check_memory, check_slurm, check_versions, check_write_permission)
+from shardprep.storage.local import existing_ancestor
 from shardprep.job.resources import usable_cpus
 from shardprep.job.sizing import auto_sizing
 from shardprep.units import human_bytes

@@ -20,6 +20,7 @@ from typing import Any, Callable, Mapping
 
 from shardprep._extras import EXTRA_OF
 from shardprep.errors import EXIT_ENVIRONMENT, EnvironmentProblem
+from shardprep.storage.local import existing_ancestor
 from shardprep.units import human_bytes
 
 OK, WARN, FAIL = "ok", "warn", "fail"
@@ -49,14 +50,6 @@ class Check:
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "verdict": self.verdict, "message": self.message, "fix": self.fix,
                 "details": self.details}
-
-
-def existing_ancestor(path: Path) -> Path:
-    """``path`` or its nearest existing parent (what statfs and permission probes can look at)."""
-    probe = Path(os.path.abspath(path))
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    return probe
 
 
 def _read_int(path: str) -> int | None:

@@ -1,78 +1,53 @@
 """Executors decide where tasks run (local process pool, sbatch array, submitit); see ``base``.
 
-Each executor takes one frozen options object (``LocalOptions`` or ``SlurmOptions``); turning a command
-line into those objects is the CLI's business (``shardprep.cli.args``), so the library never sees a parsed command line.
+:data:`EXECUTORS` is the one registry of executor classes by name (``--executor``); a new executor is one
+module with a class that follows ``base.ExecutorClass`` and one entry here.  Each executor takes one
+frozen options object (its class's ``Options``: ``LocalOptions`` or ``SlurmOptions``); turning a command
+line into those objects is the CLI's business, so the library never sees a parsed command line.  The
+classes are imported only when asked for: choosing an executor costs none of the others' imports.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Union
 
 from shardprep.errors import ConfigError
-from shardprep.executor.base import Executor, LaunchReport
+from shardprep.executor.base import Executor, ExecutorClass, LaunchReport
 
 if TYPE_CHECKING:
     from shardprep.executor.local import LocalOptions
     from shardprep.executor.slurm.options import SlurmOptions
 
-EXECUTORS = ("local", "slurm", "submitit")
+# name -> "module:class"
+EXECUTORS: dict[str, str] = {
+    "local": "shardprep.executor.local:LocalExecutor",
+    "slurm": "shardprep.executor.slurm.sbatch:SlurmExecutor",
+    "submitit": "shardprep.executor.slurm.submitit:SubmititExecutor",
+}
 ExecutorOptions = Union["LocalOptions", "SlurmOptions"]
 
 
+def executor_class(name: str) -> ExecutorClass:
+    """The executor class registered as ``name``; ConfigError naming the choices for any other name."""
+    if name not in EXECUTORS:
+        raise ConfigError(f"--executor={name!r} is not available (choose from {', '.join(EXECUTORS)})")
+    module, cls = EXECUTORS[name].split(":")
+    found: ExecutorClass = getattr(importlib.import_module(module), cls)
+    return found
+
+
 def make_executor(name: str, options: ExecutorOptions, *, finalize: bool = True) -> Executor:
-    """The executor ``name`` configured by ``options`` (``LocalOptions`` for local, else ``SlurmOptions``).
+    """The executor ``name`` configured by ``options`` (its class's ``Options``).
 
     ``finalize``: arrange for index.json once the tasks are done (a dependent job on Slurm).
     """
-    if name not in EXECUTORS:
-        raise ConfigError(f"--executor={name!r} is not available (choose from {', '.join(EXECUTORS)})")
-    if name == "local":
-        from shardprep.executor.local import LocalExecutor, LocalOptions
-
-        if not isinstance(options, LocalOptions):
-            raise _wrong_options(name, options, LocalOptions)
-        return LocalExecutor(options, finalize=finalize)
-    from shardprep.executor.slurm.options import SlurmOptions
-
-    if not isinstance(options, SlurmOptions):
-        raise _wrong_options(name, options, SlurmOptions)
-    if name == "slurm":
-        from shardprep.executor.slurm.sbatch import SlurmExecutor
-
-        return SlurmExecutor(options, finalize=finalize)
-    from shardprep.executor.slurm.submitit import SubmititExecutor
-
-    return SubmititExecutor(options, finalize=finalize)
+    cls = executor_class(name)
+    if not isinstance(options, cls.Options):
+        # a caller's bug, not a user's mistake: options of another executor
+        raise TypeError(f"the {name} executor takes {cls.Options.__name__}, not {type(options).__name__}")
+    return cls(options, finalize=finalize)
 
 
-def task_slots(name: str, options: ExecutorOptions) -> tuple[int, str]:
-    """(how many tasks ``name`` can run at once, how that was found): the sizing rule divides by it.
-
-    Local: the worker processes.  Slurm: the ``%N`` throttle when set, else the partition's usable CPUs
-    (``sinfo``) over ``--cpus-per-task``; this machine's CPUs when sinfo cannot say.
-    """
-    from shardprep.job.resources import usable_cpus
-
-    if name == "local":
-        workers = getattr(options, "workers", None)
-        return (workers, "--workers") if workers else (usable_cpus(), "this machine's CPUs")
-    from shardprep.executor.slurm.commands import partition_cpus
-    from shardprep.executor.slurm.options import SlurmOptions
-
-    assert isinstance(options, SlurmOptions)
-    if options.max_parallel:
-        return options.max_parallel, "--max-parallel"
-    found = partition_cpus(options.partition)
-    if found is None:
-        return usable_cpus(), "this machine's CPUs (sinfo did not answer)"
-    cpus, partition = found
-    per_task = options.cpus_per_task
-    return max(1, cpus // per_task), f"partition {partition}: {cpus} CPUs / --cpus-per-task {per_task}"
-
-
-def _wrong_options(name: str, options: object, cls: type) -> TypeError:
-    """A caller's bug, not a user's mistake: options of the other executor."""
-    return TypeError(f"the {name} executor takes {cls.__name__}, not {type(options).__name__}")
-
-
-__all__ = ["EXECUTORS", "Executor", "ExecutorOptions", "LaunchReport", "make_executor", "task_slots"]
+__all__ = ["EXECUTORS", "Executor", "ExecutorClass", "ExecutorOptions", "LaunchReport", "executor_class",
+           "make_executor"]

@@ -14,6 +14,7 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping
 
 from shardprep import errors
 from shardprep.errors import ConfigError, IncompleteError, ShardprepError
@@ -25,6 +26,9 @@ from shardprep.job.finalize import finalize
 from shardprep.job.resources import usable_cpus
 from shardprep.shard.format import shard_name, sidecar_name
 from shardprep.storage.atomic import remove_stale_temps
+
+if TYPE_CHECKING:  # pragma: no cover
+    from shardprep.executor.slurm.jobs import Submission
 
 log = logging.getLogger(__name__)
 
@@ -45,10 +49,21 @@ class LocalExecutor:
     """Run tasks here with ``workers`` processes, each with ``cpus // workers`` tokenizer threads."""
 
     name = "local"
+    Options = LocalOptions
 
     def __init__(self, options: LocalOptions | None = None, *, finalize: bool = True):
         self.options = options or LocalOptions()
         self.finalize = finalize
+
+    @classmethod
+    def options_for(cls, given: Mapping[str, Any], last: Submission | None) -> LocalOptions:
+        """The options given; nothing of a recorded Slurm submission applies to a local run."""
+        return LocalOptions(**given)
+
+    def task_slots(self) -> tuple[int, str]:
+        """The worker processes: ``--workers``, else the CPUs this process may use."""
+        workers = self.options.workers
+        return (workers, "--workers") if workers else (usable_cpus(), "this machine's CPUs")
 
     def launch(self, output: Path, task_ids: list[int], *, dry_run: bool = False) -> LaunchReport:
         from shardprep.executor.slurm.state import refuse_if_active

@@ -41,8 +41,7 @@ def build_index(output: Path) -> Index:
         sc = state.done[t]
         if sc.tokenizer_fingerprint != job.tokenizer.fingerprint or sc.format_version != FORMAT_VERSION:
             raise IncompleteError(f"{sc.shard}: written with another tokenizer or format version")
-        shards.append(IndexShard(sc.shard, sc.shard.removesuffix(".tar") + ".json", sc.bytes, sc.sha256, sc.samples,
-                                 sc.documents, sc.tokens))
+        shards.append(IndexShard.holding(sc, name=sc.shard, sidecar=sc.shard.removesuffix(".tar") + ".json"))
         for reason, n in sc.skipped:
             skipped[reason] = skipped.get(reason, 0) + n
     totals = state.totals()

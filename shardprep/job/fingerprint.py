@@ -21,7 +21,9 @@ from shardprep.shard.format import FORMAT_VERSION
 if TYPE_CHECKING:  # pragma: no cover
     from _typeshed import DataclassInstance
 
-    from shardprep.job.plan import Plan
+    from shardprep.inputs.discover import InputFile
+    from shardprep.job.options import TokenizeOptions
+    from shardprep.tokenizer.load import TokenizerInfo
 
 BATCH = 4096    # inputs or tasks serialised per orjson call while planning
 
@@ -67,19 +69,19 @@ class Fingerprint:
     tokenizer, same fingerprint: finished shards of an earlier identical plan stay finished.
     """
 
-    def __init__(self, plan: Plan) -> None:
+    def __init__(self, inputs: list[InputFile], options: TokenizeOptions, tokenizer: TokenizerInfo) -> None:
         self._h = hashlib.sha256(b'{"format_version":' + _canonical(FORMAT_VERSION) + b',"inputs":[')
-        inputs, paths = hashlib.sha256(), hashlib.sha256()
-        for k in range(0, len(plan.inputs), BATCH):
-            chunk = plan.inputs[k:k + BATCH]
+        inputs_h, paths = hashlib.sha256(), hashlib.sha256()
+        for k in range(0, len(inputs), BATCH):
+            chunk = inputs[k:k + BATCH]
             piece = (b"," if k else b"") + _json_inputs(chunk)
             self._h.update(piece)
-            inputs.update(piece)
+            inputs_h.update(piece)
             paths.update("".join(i.path + "\n" for i in chunk).encode("utf-8", "surrogateescape"))
-        self.inputs_sha256, self.paths_sha256 = inputs.hexdigest(), paths.hexdigest()
-        self._h.update(b'],"options":' + _canonical(plan.options.content_dict()) + b',"tasks":[')
-        tokenizer = {k: v for k, v in _sorted_dict(plan.tokenizer.info).items() if k != "source"}
-        self._tail = b'],"tokenizer":' + _canonical(tokenizer) + b"}"
+        self.inputs_sha256, self.paths_sha256 = inputs_h.hexdigest(), paths.hexdigest()
+        self._h.update(b'],"options":' + _canonical(options.content_dict()) + b',"tasks":[')
+        frozen = {k: v for k, v in _sorted_dict(tokenizer).items() if k != "source"}
+        self._tail = b'],"tokenizer":' + _canonical(frozen) + b"}"
         self._sep = b""
 
     def add(self, tasks: list[list[WorkItem]]) -> None:

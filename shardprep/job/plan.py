@@ -80,7 +80,7 @@ def _common_root(inputs: list[InputFile]) -> str:
 def _write_records(plan: Plan, staging: Path, lustre: dict | None) -> Job:
     """Stream every task into ``staging`` (records + table) and return the job header that describes it."""
     root = _common_root(plan.inputs)
-    fingerprint = Fingerprint(plan)
+    fingerprint = Fingerprint(plan.inputs, plan.options, plan.tokenizer.info)
     writer = TaskTableWriter(staging, root)
     inputs = plan.inputs
     try:

@@ -23,7 +23,7 @@ from pathlib import Path
 from shardprep.errors import ConfigError, IncompleteError, RecordError
 from shardprep.job.state import load_job
 from shardprep.job.task import run_task
-from shardprep.job.verify import check_shard, read_output_index
+from shardprep.job.verify import check_shard, open_output
 from shardprep.shard.format import JOB_FILE, PLAN_DIR, REPAIR_DIR, SHARD_RE, TOKENIZER_FILE, shard_name
 from shardprep.shard.index import Index, IndexShard
 from shardprep.shard.sidecar import Sidecar
@@ -47,7 +47,8 @@ def _bad_entries(output: Path, index: Index, only: int | None) -> list[tuple[Ind
         if not entries:
             raise ConfigError(f"--shard {only}: {output / 'index.json'} lists no {shard_name(only)} "
                               f"(it lists {len(index.shards)} shards)")
-    checks = [(e, check_shard(output, e, index.tokenizer.vocab_size).problems) for e in entries]
+    out = open_output(output)
+    checks = [(e, check_shard(out, e).problems) for e in entries]
     return [(e, problems) for e, problems in checks if problems]
 
 
@@ -98,7 +99,7 @@ def repair(output: Path, *, shard: int | None = None) -> list[Repaired]:
     not index.json's (exit 5), another shardprep run holding the output (exit 4)."""
     output = Path(output)
     with output_lock(output):
-        index = read_output_index(output)
+        index = open_output(output).index
         job = load_job(output)
         if index.plan_fingerprint != job.fingerprint:
             raise IncompleteError(f"{output / 'index.json'} was written for plan {index.plan_fingerprint[:12]}, "
@@ -114,7 +115,7 @@ def repair(output: Path, *, shard: int | None = None) -> list[Repaired]:
             for entry, problems in bad:
                 log.info("rebuilding %s (%s)", entry.name, "; ".join(problems))
                 replaced = _rebuild(output, scratch, entry, job.fingerprint)
-                left = check_shard(output, entry, index.tokenizer.vocab_size).problems
+                left = check_shard(open_output(output), entry).problems
                 if left:
                     raise IncompleteError(f"{output / entry.name} still does not verify after its rebuild: "
                                           f"{'; '.join(left)}")

@@ -258,11 +258,10 @@ def build_sidecar(job: Job, task: int, result: ShardResult, skips: SkipLog, back
                   items: Sequence[TaskItem], elapsed: float, threads: int) -> Sidecar:
     """Step 5: the sidecar of a written shard (public: the scaling benchmark synthesizes sidecars with it)."""
     opts, tok = job.options, job.tokenizer
-    return Sidecar(
-        format_version=FORMAT_VERSION, created_by=CREATED_BY, task=task, shard=shard_name(task),
+    return Sidecar.holding(
+        result, format_version=FORMAT_VERSION, created_by=CREATED_BY, task=task, shard=shard_name(task),
         plan_fingerprint=job.fingerprint, tokenizer_fingerprint=tok.fingerprint, layout=opts.layout,
-        dtype=tok.dtype, bytes=result.bytes, sha256=result.sha256, samples=result.samples,
-        documents=result.documents, tokens=result.tokens, chunks=result.chunks, skipped=skips.counts,
+        dtype=tok.dtype, chunks=result.chunks, skipped=skips.counts,
         skipped_examples=tuple(skips.examples), warnings=tuple(skips.warnings),
         inputs=tuple(i.sidecar_input() for i in items),
         backend=backend_info or {"name": None, "requested": opts.backend, "check": None},

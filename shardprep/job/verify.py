@@ -1,25 +1,32 @@
-"""``verify``: re-hash and re-parse every shard against index.json and its sidecar.
+"""``verify``: re-hash and re-parse every shard of an output against index.json and its sidecar.
 
 Independent of how the shards were produced: it trusts nothing but the bytes, so it is the check to run
-after copying a dataset between file systems or buckets.
+after copying a dataset between file systems or buckets.  One path for every location (a directory, an
+``s3://`` prefix, any URL fsspec knows), through the location's ``Store``: the same checks, the same
+problems and the same exit code for a local output and for its copy in a bucket.  Each shard is read once,
+front to back in large ranged reads, and both hashed and walked as a tar on the way.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fnmatch
+import io
 import logging
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Mapping
 
-from shardprep.errors import ConfigError, IncompleteError, InputDataError, RecordError
-from shardprep.shard.sidecar import ChunkTable, Sidecar
-from shardprep.shard.index import Index, IndexShard, read_index
+from shardprep.errors import ConfigError, IncompleteError, InputDataError, RecordError, ShardprepError
 from shardprep.shard.format import INDEX_FILE
+from shardprep.shard.index import Index, IndexShard, sidecar_mismatches
 from shardprep.shard.reader import walk_tar
-from shardprep.storage.atomic import sha256_file
+from shardprep.shard.sidecar import ChunkTable, Sidecar
+from shardprep.storage.locations import StorageOptions, join, store_for
+from shardprep.storage.store import HashingSource, SourceFile, Store
 
 log = logging.getLogger(__name__)
-
 
 @dataclass
 class ShardCheck:
@@ -27,36 +34,77 @@ class ShardCheck:
     problems: list[str]
 
 
-def check_shard(output: Path, entry: IndexShard, vocab_size: int) -> ShardCheck:
+@dataclass
+class Output:
+    """An output being verified: where it is, the store that reads it, its index and its files' sizes."""
+
+    root: str
+    store: Store
+    index: Index
+    sizes: Mapping[str, int] = field(default_factory=dict)
+
+    def location(self, name: str) -> str:
+        return join(self.root, name)
+
+
+def check_shard(out: Output, entry: IndexShard) -> ShardCheck:
     """All problems of one shard (empty list: good)."""
-    path = output / entry.name
-    problems: list[str] = []
-    if not path.is_file():
+    size = out.sizes.get(entry.name)
+    if size is None:
         return ShardCheck(entry.name, ["missing"])
-    size = path.stat().st_size
-    if size != entry.bytes:
-        problems.append(f"size {size} != index {entry.bytes}")
-    if sha256_file(path) != entry.sha256:
+    problems = [] if size == entry.bytes else [f"size {size} != index {entry.bytes}"]
+    sidecar, unreadable = _read_sidecar(out, entry)
+    try:
+        digest, found = _read_shard(out, entry, size, sidecar)
+    except FileNotFoundError:
+        return ShardCheck(entry.name, ["missing"])
+    if digest != entry.sha256:
         problems.append("sha256 differs from index")
-    sidecar_path = output / entry.sidecar
+    if sidecar is None:
+        return ShardCheck(entry.name, problems + [f"sidecar unreadable: {unreadable}"])
+    problems += [f"sidecar {key} {got!r} != index {want!r}" for key, got, want in
+                 sidecar_mismatches(out.index, entry, sidecar)]
+    return ShardCheck(entry.name, problems + found)
+
+
+def _read_sidecar(out: Output, entry: IndexShard) -> tuple[Sidecar | None, str]:
+    where = out.location(entry.sidecar)
     try:
-        table = Sidecar.parse(sidecar_path.read_bytes(), sidecar_path).chunks
+        return Sidecar.parse(out.store.read_bytes(where), where), ""
+    except FileNotFoundError:
+        return None, f"{where}: no such file"
     except (OSError, RecordError) as e:
-        return ShardCheck(entry.name, problems + [f"sidecar unreadable: {e}"])
-    try:
-        docs, tokens = _check_samples(path, table, vocab_size, problems)
-    except Exception as e:  # tarfile raises several types on truncated or corrupt archives
-        problems.append(f"cannot parse: {e}")
-    else:
-        if docs != entry.documents or tokens != entry.tokens:
-            problems.append(f"counts {docs} docs/{tokens} tokens != index {entry.documents}/{entry.tokens}")
-    return ShardCheck(entry.name, problems)
+        return None, str(e)
 
 
-def _check_samples(path: Path, table: ChunkTable, vocab_size: int, problems: list[str]) -> tuple[int, int]:
+def _read_shard(out: Output, entry: IndexShard, size: int, sidecar: Sidecar | None) -> tuple[str, list[str]]:
+    """(sha256, problems of the tar against the sidecar) from one front-to-back read of the shard."""
+    where = out.location(entry.name)
+    problems: list[str] = []
+    with contextlib.closing(HashingSource(out.store.open(where), size)) as src:
+        try:
+            if sidecar is not None:
+                docs, tokens = _check_samples(where, SourceFile(src, size), sidecar.chunks,
+                                              out.index.tokenizer.vocab_size, problems)
+                if docs != entry.documents or tokens != entry.tokens:
+                    problems.append(f"counts {docs} docs/{tokens} tokens != index {entry.documents}/{entry.tokens}")
+        except (ShardprepError, FileNotFoundError):   # the store failed after its retries, or the shard went
+            raise
+        except Exception as e:      # tarfile raises several types on truncated or corrupt archives
+            problems.append(f"cannot parse: {e}")
+        try:
+            return src.sha256(), problems
+        except FileNotFoundError:
+            raise
+        except (EOFError, OSError):
+            return "unreadable", problems      # shorter than listed: it cannot match its index anyway
+
+
+def _check_samples(where: str, stream: io.BufferedIOBase, table: ChunkTable, vocab_size: int,
+                   problems: list[str]) -> tuple[int, int]:
     """Walk the tar against the chunk table, appending problems; return the documents and tokens seen."""
     docs = tokens = 0
-    for i, sample in enumerate(walk_tar(path)):
+    for i, sample in enumerate(walk_tar(where, stream)):
         if i >= len(table):
             problems.append(f"sample {sample.key} not in the sidecar")
             break
@@ -75,34 +123,54 @@ def _check_samples(path: Path, table: ChunkTable, vocab_size: int, problems: lis
     return docs, tokens
 
 
-def read_output_index(output: Path) -> Index:
-    """``output/index.json``; a torn or foreign index is one IncompleteError naming the file and the field
-    (exit 5: the output does not verify), never a traceback."""
-    if output.exists() and not output.is_dir():
-        raise ConfigError(f"{output} is a file, not an output directory")
-    if not (output / INDEX_FILE).exists():
-        raise IncompleteError(f"{output} has no {INDEX_FILE}", hint="run `shardprep finalize` first")
+def _read_index(root: str, store: Store) -> Index:
+    """``root/index.json``; a missing, torn or foreign index is one IncompleteError naming the file and the
+    field (exit 5: the output does not verify), never a traceback."""
+    where = join(root, INDEX_FILE)
     try:
-        index = read_index(str(output))
+        data = store.read_bytes(where)
+    except NotADirectoryError:
+        raise ConfigError(f"{root} is a file, not an output directory") from None
+    except FileNotFoundError:
+        raise IncompleteError(f"{root} has no {INDEX_FILE}", hint="run `shardprep finalize` first") from None
+    hint = f"rewrite it with `shardprep finalize {root}`"
+    try:
+        index = Index.parse(data, where)
     except InputDataError as e:
-        raise IncompleteError(str(e.args[0]), hint=f"rewrite it with `shardprep finalize {output}`") from None
+        raise IncompleteError(str(e.args[0]), hint=hint) from None
     if index.tokenizer.vocab_size < 1:
-        raise IncompleteError(f"{output / INDEX_FILE}: tokenizer.vocab_size is {index.tokenizer.vocab_size}, not a "
-                              f"positive integer", hint=f"rewrite it with `shardprep finalize {output}`")
+        raise IncompleteError(f"{where}: tokenizer.vocab_size is {index.tokenizer.vocab_size}, not a "
+                              f"positive integer", hint=hint)
     return index
 
 
-def verify(output: Path, *, workers: int = 4) -> list[ShardCheck]:
-    """Check every shard listed in index.json; return the bad ones (empty list: all good)."""
+def open_output(output: str | Path, storage: StorageOptions | None = None) -> Output:
+    """An output to check: its store, its index (checked: ``IncompleteError`` when missing or torn) and one
+    listing of its files' sizes (``verify``; ``repair`` checks the shards it rebuilds with it)."""
+    root = str(output)
+    store = store_for(root, storage)
+    out = Output(root, store, _read_index(root, store))
+    out.sizes = store.sizes(root)       # one listing for every shard's size
+    return out
+
+
+def verify(output: str | Path, *, workers: int = 4, storage: StorageOptions | None = None) -> list[ShardCheck]:
+    """Check every shard listed in index.json at ``output`` (a directory or a URL); return the bad ones
+    (empty list: all good).  ``storage``: how to reach a remote output (default: the environment's)."""
     if not isinstance(workers, int) or workers < 1:
         raise ConfigError(f"--workers {workers!r} is invalid: must be at least 1")
-    output = Path(output)
-    index = read_output_index(output)
-    vocab = index.tokenizer.vocab_size
+    out = open_output(output, storage)
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        checks = list(pool.map(lambda e: check_shard(output, e, vocab), index.shards))
-    listed = {e.name for e in index.shards}
-    extra = sorted(p.name for p in output.glob("shard-*.tar") if p.name not in listed)
+        checks = list(pool.map(lambda e: check_shard(out, e), out.index.shards))
+    _warn_unlisted(out)
+    return [c for c in checks if c.problems]
+
+
+def _warn_unlisted(out: Output) -> None:
+    listed = {e.name for e in out.index.shards}
+    try:
+        extra = sorted(n for n in out.sizes if fnmatch.fnmatch(n, "shard-*.tar") and n not in listed)
+    except TypeError:       # a location that cannot be listed (HTTP): sizes are looked up by name only
+        return
     if extra:
         log.warning("shards not listed in the index (ignored): %s", ", ".join(extra[:5]))
-    return [c for c in checks if c.problems]

@@ -19,14 +19,12 @@ import orjson
 
 from shardprep.errors import IncompleteError, InputDataError
 from shardprep.shard.sidecar import ChunkTable, Sidecar
-from shardprep.shard.index import Index, IndexShard, IndexTokenizer, read_index
+from shardprep.shard.index import Index, IndexShard, IndexTokenizer, read_index, sidecar_mismatches
 from shardprep.shard.reader import read_chunk
-from shardprep.storage.locations import ByteSource, StorageOptions, join, object_sizes, open_source, read_bytes, sha256_of
+from shardprep.storage.locations import StorageOptions, join, object_sizes, open_source, read_bytes, sha256_of
+from shardprep.storage.store import ByteSource
 
 log = logging.getLogger(__name__)
-
-_TOTALS = ("samples", "documents", "tokens")
-
 
 @dataclass
 class DatasetIndex:
@@ -81,23 +79,13 @@ def _check_sidecar(index: DatasetIndex, entry: IndexShard, side: Sidecar, where:
     """The sidecar must belong to this index (its own consistency was checked when it was parsed)."""
     rec = index.record
     assert rec is not None, "legacy indexes have no sidecars"
-    checks = [
-        ("format_version", side.format_version, rec.format_version),
-        ("tokenizer_fingerprint", side.tokenizer_fingerprint, rec.tokenizer_fingerprint),
-        ("plan_fingerprint", side.plan_fingerprint, rec.plan_fingerprint),
-        ("dtype", side.dtype, index.dtype),
-        ("layout", side.layout, index.layout),
-        ("bytes", side.bytes, entry.bytes),
-        ("sha256", side.sha256, entry.sha256),
-    ] + [(k, getattr(side, k), getattr(entry, k)) for k in _TOTALS]
-    for key, got, want in checks:
-        if got != want:
-            what = "a different tokenizer" if key == "tokenizer_fingerprint" else \
-                "a different format version" if key == "format_version" else "different contents"
-            raise InputDataError(
-                f"{where}: {key} is {got!r} but index.json says {want!r}: shard {entry.name} comes from "
-                f"{what} than the rest of the dataset",
-                hint="re-run `shardprep finalize` or remove the foreign shard")
+    for key, got, want in sidecar_mismatches(rec, entry, side)[:1]:
+        what = "a different tokenizer" if key == "tokenizer_fingerprint" else \
+            "a different format version" if key == "format_version" else "different contents"
+        raise InputDataError(
+            f"{where}: {key} is {got!r} but index.json says {want!r}: shard {entry.name} comes from "
+            f"{what} than the rest of the dataset",
+            hint="re-run `shardprep finalize` or remove the foreign shard")
 
 
 def _fingerprint(parts: object) -> str:

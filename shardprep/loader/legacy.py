@@ -25,7 +25,7 @@ from shardprep.errors import ConfigError, InputDataError
 from shardprep.shard.sidecar import ChunkTable
 from shardprep.shard.index import IndexShard
 from shardprep.loader.index import DatasetIndex
-from shardprep.storage.locations import ByteSource
+from shardprep.storage.store import ByteSource
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +96,8 @@ class LegacyIndex(DatasetIndex):
     """A DatasetIndex built by scanning tars; chunks are single documents read as JSON."""
 
     def __init__(self, paths: list[str], tables: list[LegacyChunkTable]):
-        shards = [IndexShard(p, "", Path(p).stat().st_size, "", len(t), len(t), sum(t.tokens))
+        shards = [IndexShard(name=p, sidecar="", bytes=Path(p).stat().st_size, sha256="", samples=len(t),
+                             documents=len(t), tokens=sum(t.tokens))
                   for p, t in zip(paths, tables)]
         fingerprint = hashlib.sha256(orjson.dumps(
             [[Path(s.name).name, s.bytes, s.tokens, s.documents] for s in shards])).hexdigest()

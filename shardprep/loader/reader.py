@@ -18,7 +18,7 @@ from shardprep.errors import InputDataError, ShardprepError
 from shardprep.shard.sidecar import ChunkTable
 from shardprep.loader.index import DatasetIndex
 from shardprep.loader.order import doc_order
-from shardprep.storage.locations import ByteSource
+from shardprep.storage.store import ByteSource
 
 log = logging.getLogger(__name__)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from shardprep.report.collect import collect
 from shardprep.report import DEFAULT_MAX_CHUNKS
@@ -15,10 +16,15 @@ from shardprep.report.doclens import doc_lengths
 from shardprep.report.numbers import build_numbers
 from shardprep.report.tokenizer import decode_samples, describe_tokenizer, sample_documents
 
+if TYPE_CHECKING:  # pragma: no cover
+    from shardprep.storage.locations import StorageOptions
 
-def report_numbers(location: str | Path, *, max_chunks: int = DEFAULT_MAX_CHUNKS, now: float | None = None) -> dict:
-    """Every number of the report for ``location`` (a local output directory or a finalized remote one)."""
-    out = collect(location)
+
+def report_numbers(location: str | Path, *, max_chunks: int = DEFAULT_MAX_CHUNKS, now: float | None = None,
+                   storage: StorageOptions | None = None) -> dict:
+    """Every number of the report for ``location`` (a local output directory or a finalized remote one,
+    reached with ``storage``)."""
+    out = collect(location, storage=storage)
     tokenizer = describe_tokenizer(out.tokenizer, out.tokenizer_json)
     samples = decode_samples(sample_documents(out), out.tokenizer_json)
     return build_numbers(out, doc_lengths(out, max_chunks), tokenizer, samples, now=now)

@@ -8,7 +8,7 @@ Two kinds of location:
 * a local directory, finished or still running: done/missing comes from ``job.state.job_state`` (the
   sidecars, the truth used by ``status`` and ``finalize``), progress and timing from the task logs;
 * any location the loader reads (``s3://...``) once finalized: the shards index.json lists, whose
-  sidecars are read in parallel through ``loader.sources`` (the same reads the loader makes).
+  sidecars are read in parallel through ``storage.locations`` (the same reads the loader makes).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from shardprep.shard.index import Index, IndexShard
 from shardprep.job.schema import Job
 from shardprep.job.progress import planned_input_bytes
 from shardprep.job.state import job_state
-from shardprep.storage.locations import is_s3, is_url, join, object_sizes, read_bytes
+from shardprep.storage.locations import StorageOptions, is_url, join, object_sizes, read_bytes
 from shardprep.report.logs import LOG_NAME_RE, TaskLog, parse_task_log, read_task_logs
 from shardprep.shard.format import INDEX_FILE, JOB_FILE, LOG_DIR, TOKENIZER_FILE
 
@@ -100,23 +100,24 @@ class Output:
     tasks: list[Task] = field(default_factory=list)
     logs: dict[int, TaskLog] = field(default_factory=dict)
     slurm: dict | None = None            # ``status --json``'s Slurm view, for jobs submitted to Slurm
+    storage: StorageOptions | None = None   # how to reach a remote location (None: the environment's)
 
     @property
     def done(self) -> list[Sidecar]:
         return [t.sidecar for t in self.tasks if t.sidecar is not None]
 
 
-def _record(location: str, parse: Callable[[bytes, str], R]) -> R | None:
+def _record(location: str, parse: Callable[[bytes, str], R], storage: StorageOptions | None) -> R | None:
     """A record file parsed (errors name the file and field); None when it does not exist."""
     try:
-        return parse(read_bytes(location), location)
+        return parse(read_bytes(location, storage=storage), location)
     except FileNotFoundError:
         return None
 
 
-def _optional_text(location: str) -> str | None:
+def _optional_text(location: str, storage: StorageOptions | None) -> str | None:
     try:
-        return read_bytes(location).decode("utf-8")
+        return read_bytes(location, storage=storage).decode("utf-8")
     except FileNotFoundError:
         return None
 
@@ -133,19 +134,20 @@ def report_sidecar(side: sidecar_record.Sidecar) -> Sidecar:
         skipped=dict(side.skipped), skip_examples=examples, chunks=side.chunks)
 
 
-def _read_logs(location: str) -> dict[int, TaskLog]:
+def _read_logs(location: str, storage: StorageOptions | None) -> dict[int, TaskLog]:
     """Parse every ``logs/task-NNNNN.log`` whole (none is fine: a copied or uploaded output may have none)."""
     logs_dir = join(location, LOG_DIR)
     if not is_url(location):      # local reads are quicker one after the other than through a thread pool
         return read_task_logs(Path(logs_dir))
     try:
-        logs = [(int(m.group(1)), n) for n in object_sizes(logs_dir) if (m := LOG_NAME_RE.match(n))]
+        logs = [(int(m.group(1)), n) for n in object_sizes(logs_dir, storage=storage)
+                if (m := LOG_NAME_RE.match(n))]
     except FileNotFoundError:
         return {}
 
     def one(entry: tuple[int, str]) -> TaskLog | None:
         task, name = entry
-        text = _optional_text(join(logs_dir, name))
+        text = _optional_text(join(logs_dir, name), storage)
         return parse_task_log(task, text) if text else None
 
     with ThreadPoolExecutor(_READ_THREADS) as pool:
@@ -171,13 +173,13 @@ def _local_tasks(out: Output, job: Job) -> list[Task]:
             for t in range(state.n_tasks)]
 
 
-def _indexed_tasks(location: str, index: Index, job: Job | None) -> list[Task]:
+def _indexed_tasks(location: str, index: Index, job: Job | None, storage: StorageOptions | None) -> list[Task]:
     """Tasks of a finalized output at any location: the shards index.json lists, all done."""
     planned = _planned_bytes(location, job)
 
     def one(entry: IndexShard) -> Sidecar:
         where = join(location, entry.sidecar)
-        side = _record(where, sidecar_record.Sidecar.parse)
+        side = _record(where, sidecar_record.Sidecar.parse, storage)
         if side is None:
             raise IncompleteError(f"{where}: sidecar of {entry.name} is missing")
         return report_sidecar(side)
@@ -187,29 +189,31 @@ def _indexed_tasks(location: str, index: Index, job: Job | None) -> list[Task]:
     return [Task(s.task, planned[s.task] if s.task < len(planned) else 0, s, None) for s in sidecars]
 
 
-def collect(location: str | Path) -> Output:
-    """Read ``location`` (a local output directory, or a finalized output anywhere the loader reads)."""
+def collect(location: str | Path, *, storage: StorageOptions | None = None) -> Output:
+    """Read ``location`` (a local output directory, or a finalized output anywhere the loader reads;
+    ``storage``: how to reach it, default the environment's)."""
     location = str(location)
-    remote = is_s3(location)
+    remote = is_url(location)
     if not remote and not Path(location).is_dir():
         raise InputDataError(f"{location} is not a directory", hint="give the job's OUTPUT directory")
-    index = _record(join(location, INDEX_FILE), Index.parse)
-    job = _record(join(location, JOB_FILE), Job.parse)
-    out = _describe(location, job, index)
+    index = _record(join(location, INDEX_FILE), Index.parse, storage)
+    job = _record(join(location, JOB_FILE), Job.parse, storage)
+    out = _describe(location, job, index, storage)
+    out.storage = storage
     if job is not None and not remote:
         out.tasks = _local_tasks(out, job)
     elif index is not None:
-        out.tasks = _indexed_tasks(location, index, job)
+        out.tasks = _indexed_tasks(location, index, job, storage)
     else:
         raise IncompleteError(f"{location} holds no {INDEX_FILE}: a report on a remote output needs a "
                               f"finalized job", hint="run `shardprep report` on the job's local directory")
-    out.logs = _read_logs(location)
+    out.logs = _read_logs(location, storage)
     return out
 
 
-def _describe(location: str, job: Job | None, index: Index | None) -> Output:
+def _describe(location: str, job: Job | None, index: Index | None, storage: StorageOptions | None) -> Output:
     """The output's header: from job.json when there is one (it alone knows the options), else index.json."""
-    tokenizer_json = _optional_text(join(location, TOKENIZER_FILE))
+    tokenizer_json = _optional_text(join(location, TOKENIZER_FILE), storage)
     if job is not None:
         return Output(location=location, finalized=index is not None, layout=job.options.layout,
                       dtype=job.tokenizer.dtype, fingerprint=job.fingerprint,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shardprep.storage.locations import join, open_source
+from shardprep.storage.locations import StorageOptions, join, open_source
 from shardprep.report import DEFAULT_MAX_CHUNKS
 from shardprep.report.collect import Output, Sidecar
 from shardprep.shard.reader import read_doclens
@@ -48,8 +48,8 @@ def chunk_picks(counts: list[int], max_chunks: int) -> list[tuple[int, int]]:
     return [(int(s), int(f - starts[s])) for s, f in zip(shard, flat, strict=True)]
 
 
-def _read_shard(location: str, side: Sidecar, chunks: list[int]) -> list[np.ndarray]:
-    src = open_source(join(location, side.shard))
+def _read_shard(location: str, side: Sidecar, chunks: list[int], storage: StorageOptions | None) -> list[np.ndarray]:
+    src = open_source(join(location, side.shard), storage=storage)
     try:
         return [read_doclens(src, side.chunks.chunk(c)) for c in chunks]
     finally:
@@ -68,7 +68,8 @@ def doc_lengths(out: Output, max_chunks: int = DEFAULT_MAX_CHUNKS) -> DocLengths
     for shard, chunk in chunk_picks(counts, max_chunks):
         by_shard[shard].append(chunk)
     with ThreadPoolExecutor(_READ_THREADS) as pool:
-        parts = pool.map(lambda item: _read_shard(out.location, done[item[0]], item[1]), by_shard.items())
+        parts = pool.map(lambda item: _read_shard(out.location, done[item[0]], item[1], out.storage),
+                         by_shard.items())
         arrays = [a for part in parts for a in part]
     lengths = np.concatenate(arrays) if arrays else np.zeros(0, np.int64)
     return DocLengths(lengths, sum(len(c) for c in by_shard.values()), sum(counts), n_docs)

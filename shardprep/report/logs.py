@@ -2,7 +2,7 @@
 
 Sidecars say how long a *finished* task took but not when it ran, and a task without a sidecar has only
 its log: whether it started, is still going, failed (and why) or was stopped for requeue.  Every executor
-writes the same file (``job.task._attach_task_log``), appending one run per attempt, so this reads the
+writes the same file (``job.task._task_log``), appending one run per attempt, so this reads the
 executor-independent record rather than Slurm's ``%A_%a.out`` files.
 
 ``status`` reads every log of a job (10,000 tasks: 10,000 logs), so :func:`read_task_logs` can bound what it

@@ -68,12 +68,12 @@ class SampleDoc:
     ids: np.ndarray
 
 
-def _doc_at(location: str, side: Sidecar, doc: int, dtype: str) -> np.ndarray:
+def _doc_at(out: Output, side: Sidecar, doc: int) -> np.ndarray:
     """Document ``doc`` of one shard: one chunk read through the sidecar's chunk table."""
     chunk = int(np.searchsorted(side.chunks.doc_start, doc, side="right") - 1)
-    src = open_source(join(location, side.shard))
+    src = open_source(join(out.location, side.shard), storage=out.storage)
     try:
-        tokens, lens = read_chunk(src, side.chunks.chunk(chunk), dtype)
+        tokens, lens = read_chunk(src, side.chunks.chunk(chunk), out.dtype)
     finally:
         src.close()
     return split_docs(tokens, lens)[doc - int(side.chunks.doc_start[chunk])]
@@ -91,7 +91,7 @@ def sample_documents(out: Output) -> list[SampleDoc]:
     for side, doc in picks:
         if (side.shard, doc) not in seen:
             seen.add((side.shard, doc))
-            docs.append(SampleDoc(side.shard, doc, _doc_at(out.location, side, doc, out.dtype)))
+            docs.append(SampleDoc(side.shard, doc, _doc_at(out, side, doc)))
     return docs
 
 

@@ -11,29 +11,30 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from shardprep.errors import InputDataError
-from shardprep.records import load_json, record
+from shardprep.records import Fields, load_json, record
 from shardprep.shard.format import DTYPES, FORMAT_VERSION, INDEX_FILE, LAYOUTS
+from shardprep.shard.sidecar import TOTALS, ShardTotals
 
 if TYPE_CHECKING:  # pragma: no cover
+    from shardprep.shard.sidecar import Sidecar
     from shardprep.storage.locations import StorageOptions
 
 
 @dataclass(frozen=True)
-class IndexShard:
+class IndexShard(ShardTotals):
     """One shard as index.json lists it (legacy tars reuse it with their path as ``name``)."""
 
     name: str
     sidecar: str
-    bytes: int
-    sha256: str
-    samples: int
-    documents: int
-    tokens: int
 
     def to_dict(self) -> dict[str, Any]:
         # the order index.json has always had (finalize built it from the sidecar, then added the names)
-        return {"bytes": self.bytes, "sha256": self.sha256, "samples": self.samples, "documents": self.documents,
-                "tokens": self.tokens, "name": self.name, "sidecar": self.sidecar}
+        return {**self.totals_dict(), "name": self.name, "sidecar": self.sidecar}
+
+    @classmethod
+    def parse(cls, f: Fields) -> IndexShard:
+        name, sidecar = f.str("name"), f.str("sidecar")     # the names first: an error names them first
+        return cls.holding(ShardTotals.parse_totals(f), name=name, sidecar=sidecar)
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,7 @@ class Index:
     def parse(cls, data: bytes, where: str | Path) -> "Index":
         f = load_json(data, str(where), "index")
         version = f.version("format_version", FORMAT_VERSION, hint="use the shardprep release that wrote it")
-        shards = tuple(record(IndexShard, o) for o in f.objects("shards"))
+        shards = tuple(IndexShard.parse(o) for o in f.objects("shards"))
         if not shards:
             f.fail("shards", "lists no shards")
         t = f.obj_at("totals")
@@ -123,3 +124,17 @@ def read_index(root: str | Path, *, storage: StorageOptions | None = None) -> In
         raise InputDataError(f"{where} does not exist: not a finalized shardprep output",
                              hint="run `shardprep finalize`, or pass legacy tars (token_ids.json samples)") from None
     return Index.parse(data, where)
+
+
+_SAME_IN_SIDECAR = ("format_version", "tokenizer_fingerprint", "plan_fingerprint", "dtype", "layout")
+
+
+def sidecar_mismatches(index: Index, entry: IndexShard, side: Sidecar) -> list[tuple[str, object, object]]:
+    """``(field, sidecar's value, index.json's value)`` wherever a shard's sidecar disagrees with the index.
+
+    Its own consistency was checked when it was parsed; this says whether it belongs to this dataset (a
+    shard copied in from another run, another tokenizer or format version).  The loader refuses the first
+    mismatch when it opens the shard; ``verify`` lists them all.
+    """
+    wanted = [(k, getattr(index, k)) for k in _SAME_IN_SIDECAR] + [(k, getattr(entry, k)) for k in TOTALS]
+    return [(key, getattr(side, key), want) for key, want in wanted if getattr(side, key) != want]

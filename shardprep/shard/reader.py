@@ -1,12 +1,13 @@
 """Read shards: one ranged read per sample through the sidecar's chunk table, or a full tar walk.
 
 Where a sample lies comes from the sidecar's chunk table (``shard.sidecar.ChunkTable``).  Where the bytes
-live is ``storage.locations``' concern: a ``ByteSource`` (a local/Lustre file via ``pread``, an object via
+live is ``storage/``'s concern: a ``ByteSource`` (a local/Lustre file via ``pread``, an object via
 ranged GETs) is handed in, and the decoding of samples is the same for every source.
 """
 
 from __future__ import annotations
 
+import io
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +19,7 @@ from shardprep.shard.format import DTYPE_FOR_EXT, DTYPES
 
 if TYPE_CHECKING:  # pragma: no cover - types only: reading a shard needs neither records nor stores
     from shardprep.shard.sidecar import Chunk, Sidecar
-    from shardprep.storage.locations import ByteSource
+    from shardprep.storage.store import ByteSource
 
 
 def read_chunk(src: ByteSource, chunk: Chunk, dtype: str) -> tuple[np.ndarray, np.ndarray]:
@@ -44,7 +45,7 @@ def split_docs(tokens: np.ndarray, lens: np.ndarray) -> list[np.ndarray]:
 
 def iter_shard_documents(path: str | Path, sidecar: Sidecar) -> Iterator[np.ndarray]:
     """Every document of a local shard, in order, as a 1-D array of the shard's dtype."""
-    from shardprep.storage.locations import LocalSource
+    from shardprep.storage.local import LocalSource
 
     src = LocalSource(path)
     try:
@@ -72,12 +73,14 @@ class ParsedSample:
         return split_docs(self.tokens, self.lengths)
 
 
-def walk_tar(path: str | Path) -> Iterator[ParsedSample]:
+def walk_tar(path: str | Path, stream: io.BufferedIOBase | None = None) -> Iterator[ParsedSample]:
     """Parse a shard as a plain tar (no sidecar needed): used by ``verify`` and ``inspect``.
 
-    Raises ``ValueError`` naming the member on anything that is not a well-formed shard member.
+    With ``stream`` (a seekable file: any store's shard through ``storage.store.SourceFile``) the shard
+    is read from it, front to back, and ``path`` only names it in errors.  Raises ``ValueError`` naming
+    the member on anything that is not a well-formed shard member.
     """
-    with tarfile.open(path, "r:") as tf:
+    with (tarfile.open(path, "r:") if stream is None else tarfile.open(fileobj=stream, mode="r:")) as tf:
         current: dict | None = None
         for member in tf:
             if not member.isfile():

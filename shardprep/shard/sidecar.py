@@ -11,7 +11,7 @@ import builtins
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator, TypeVar
 
 from shardprep.records import Fields, load_json, printable
 from shardprep.shard.format import DTYPES, LAYOUTS
@@ -20,6 +20,43 @@ if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
 
 CHUNK_COLUMNS = ("key", "tokens_offset", "tokens", "docs", "doclens_offset", "doclens_itemsize")
+TOTALS = ("bytes", "sha256", "samples", "documents", "tokens")
+R = TypeVar("R", bound="ShardTotals")
+
+
+@dataclass(frozen=True, slots=True)
+class ShardTotals:
+    """What one shard holds, in the five numbers every record of it carries: the writer's result, the
+    sidecar, the summary ``status``/``finalize`` keep, and the shard's entry in index.json.
+
+    Each of those records is a ``ShardTotals`` with its own fields added; on disk the five stay flat
+    (``"bytes": ..., "sha256": ...`` in this order), as they always were.
+    """
+
+    bytes: int
+    sha256: str
+    samples: int
+    documents: int
+    tokens: int
+
+    def totals(self) -> ShardTotals:
+        """Just the five numbers of this record."""
+        return ShardTotals(self.bytes, self.sha256, self.samples, self.documents, self.tokens)
+
+    def totals_dict(self) -> dict[str, Any]:
+        """The five as they are written, flat and in order, inside a sidecar or an index entry."""
+        return {name: getattr(self, name) for name in TOTALS}
+
+    @classmethod
+    def holding(cls: type[R], totals: ShardTotals, **fields: Any) -> R:
+        """A record of this class for the shard ``totals`` describes (another record of it), plus ``fields``."""
+        return cls(bytes=totals.bytes, sha256=totals.sha256, samples=totals.samples, documents=totals.documents,
+                   tokens=totals.tokens, **fields)
+
+    @staticmethod
+    def parse_totals(f: Fields) -> ShardTotals:
+        return ShardTotals(f.int("bytes", minimum=0), f.str("sha256"), f.int("samples", minimum=0),
+                           f.int("documents", minimum=0), f.int("tokens", minimum=0))
 
 
 @dataclass(frozen=True)
@@ -107,7 +144,7 @@ class SidecarInput:
 
 
 @dataclass(frozen=True, slots=True)
-class SidecarSummary:
+class SidecarSummary(ShardTotals):
     """What ``status``, ``finalize`` and the Slurm view keep of a finished task's sidecar.
 
     A parsed sidecar with its chunk table is a few KB of Python objects: held for every task of a
@@ -118,11 +155,6 @@ class SidecarSummary:
     shard: str
     format_version: int
     tokenizer_fingerprint: str
-    bytes: int
-    sha256: str
-    samples: int
-    documents: int
-    tokens: int
     skipped: tuple[tuple[str, int], ...]
     elapsed_s: float | None
 
@@ -132,7 +164,7 @@ class SidecarSummary:
 
 
 @dataclass(frozen=True)
-class Sidecar:
+class Sidecar(ShardTotals):
     """What a finished task wrote about its shard; the shard counts as done only with this file."""
 
     format_version: int
@@ -143,11 +175,6 @@ class Sidecar:
     tokenizer_fingerprint: str
     layout: str
     dtype: str
-    bytes: int
-    sha256: str
-    samples: int
-    documents: int
-    tokens: int
     chunks: ChunkTable
     skipped: dict[str, int] = field(default_factory=dict)
     skipped_examples: tuple[dict[str, Any], ...] = ()      # informational: reason, file, line, byte, detail
@@ -166,17 +193,16 @@ class Sidecar:
         return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
     def summary(self) -> SidecarSummary:
-        return SidecarSummary(self.task, self.shard, self.format_version, self.tokenizer_fingerprint, self.bytes,
-                              self.sha256, self.samples, self.documents, self.tokens, tuple(self.skipped.items()),
-                              self.elapsed_s)
+        return SidecarSummary.holding(self, task=self.task, shard=self.shard, format_version=self.format_version,
+                                      tokenizer_fingerprint=self.tokenizer_fingerprint,
+                                      skipped=tuple(self.skipped.items()), elapsed_s=self.elapsed_s)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "format_version": self.format_version, "created_by": self.created_by, "task": self.task,
             "shard": self.shard, "plan_fingerprint": self.plan_fingerprint,
             "tokenizer_fingerprint": self.tokenizer_fingerprint, "layout": self.layout, "dtype": self.dtype,
-            "bytes": self.bytes, "sha256": self.sha256, "samples": self.samples, "documents": self.documents,
-            "tokens": self.tokens, "chunks": self.chunks.to_dict(), "skipped": self.skipped,
+            **self.totals_dict(), "chunks": self.chunks.to_dict(), "skipped": self.skipped,
             "skipped_examples": [{k: printable(v) if type(v) is str else v for k, v in e.items()}
                                  for e in self.skipped_examples],
             **({"warnings": [printable(w) for w in self.warnings]} if self.warnings else {}),
@@ -189,13 +215,12 @@ class Sidecar:
     def parse(cls, data: builtins.bytes, where: str | Path) -> "Sidecar":  # (``bytes`` is a field here)
         f = load_json(data, str(where), "sidecar")
         table = ChunkTable.parse(f.obj_at("chunks"))
-        sidecar = cls(
+        sidecar = cls.holding(
+            ShardTotals.parse_totals(f),
             format_version=f.int("format_version"), created_by=f.str("created_by"), task=f.int("task", minimum=0),
             shard=f.str("shard"), plan_fingerprint=f.str("plan_fingerprint"),
             tokenizer_fingerprint=f.str("tokenizer_fingerprint"), layout=f.str("layout", choices=LAYOUTS),
-            dtype=f.str("dtype", choices=tuple(DTYPES)), bytes=f.int("bytes", minimum=0), sha256=f.str("sha256"),
-            samples=f.int("samples", minimum=0), documents=f.int("documents", minimum=0),
-            tokens=f.int("tokens", minimum=0), chunks=table, skipped=f.counts("skipped"),
+            dtype=f.str("dtype", choices=tuple(DTYPES)), chunks=table, skipped=f.counts("skipped"),
             skipped_examples=tuple(o.obj for o in f.objects("skipped_examples")),
             warnings=f.strs("warnings") if f.has("warnings") else (),
             inputs=tuple(_sidecar_input(o) for o in f.objects("inputs")),

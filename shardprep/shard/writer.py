@@ -8,7 +8,6 @@ so they are standard ustar that ``tar``, ``tarfile`` and webdataset all read.
 
 from __future__ import annotations
 
-import os
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,9 +15,8 @@ from types import TracebackType
 
 import numpy as np
 
-from shardprep.shard.sidecar import ChunkTable
-from shardprep.storage.atomic import (HashingWriter, discard_temp, fsync_dir, no_space_error, start_writeback,
-                                     temp_name_for)
+from shardprep.shard.sidecar import ChunkTable, ShardTotals
+from shardprep.storage.atomic import AtomicFile, HashingWriter, no_space_error, start_writeback
 from shardprep.shard.format import DTYPES, EXT_FOR_DTYPE, LAYOUTS, sample_key
 
 _BLOCK = 512
@@ -36,14 +34,11 @@ def narrow_ids(flat_ids: np.ndarray, dtype: str) -> np.ndarray:
     return flat_ids.astype(want)
 
 
-@dataclass
-class ShardResult:
+@dataclass(frozen=True)
+class ShardResult(ShardTotals):
+    """What :meth:`ShardWriter.close` wrote: the shard's totals, where it is and its chunk table."""
+
     path: Path
-    bytes: int
-    sha256: str
-    samples: int
-    documents: int
-    tokens: int
     chunks: ChunkTable
 
 
@@ -63,8 +58,8 @@ class ShardWriter:
         self.dtype_name = dtype
         self.dtype = np.dtype(DTYPES[dtype])
         self.chunk_tokens = max(1, int(chunk_tokens))
-        self._tmp = temp_name_for(self.path)
-        self._file = open(self._tmp, "wb", buffering=4 << 20)
+        self._atomic = AtomicFile(self.path, buffering=4 << 20)
+        self._file = self._atomic.file
         self._out = HashingWriter(self._file)
         self._written_back = 0   # bytes handed to start_writeback so far
         self._rows: list[tuple[str, int, int, int, int, int]] = []   # the chunk table, one row per sample
@@ -112,11 +107,7 @@ class ShardWriter:
         if self.layout == "pack":
             self._flush_chunk()
         self._out.write(b"\0" * (2 * _BLOCK))
-        self._file.flush()
-        os.fsync(self._file.fileno())
-        self._file.close()
-        os.replace(self._tmp, self.path)
-        fsync_dir(self.path.parent)
+        self._atomic.commit()
         self._closed = True
         return ShardResult(
             path=self.path,
@@ -133,7 +124,7 @@ class ShardWriter:
         if self._closed:
             return
         self._closed = True
-        discard_temp(self._file, self._tmp)
+        self._atomic.abort()
 
     def __enter__(self) -> "ShardWriter":
         return self

@@ -18,7 +18,7 @@ from shardprep.staging.manifest import RemoteObject, VerifiedJournal, list_prefi
 from shardprep.storage.s3 import parse_s3_url, transfer_error
 
 if TYPE_CHECKING:
-    from shardprep.staging.stage import StageOptions
+    from shardprep.staging.options import StageOptions
 
 log = logging.getLogger(__name__)
 

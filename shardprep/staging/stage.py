@@ -23,76 +23,28 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import shlex
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed, wait
-from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
-from shardprep.errors import ConfigError
 from shardprep.storage.atomic import fsync_dir, is_temp_name, start_writeback, temp_name_for
-from shardprep.storage.lustre import STAGED_INPUT_LAYOUT, StripeLayout, prepare_output_dir
+from shardprep.storage.lustre import prepare_output_dir
 from shardprep.staging import s5cmd
 from shardprep.staging.fastget import DirectGetter, SigningCapture, direct_getter
 from shardprep.staging.manifest import RemoteObject, VerifiedCopy, VerifiedJournal, write_manifest
 from shardprep.staging.plan import StageItem, StagePlan, plan_stage
 from shardprep.staging.ranged import fetch_ranges, range_size_for_parts, stream_into, upload_part_size
-from shardprep.storage.s3 import (DEFAULT_PART_SIZE, ClientOptions, check_transfer_settings,
-                                  describe_client_error, make_client)
+from shardprep.storage.s3 import describe_client_error, make_client
+from shardprep.staging.options import StageOptions
 from shardprep.staging.summary import TransferSummary, progress_bar
 from shardprep.staging.integrity import (VerificationFailed, combine_part_md5s, is_single_part_etag, md5_hex,
                                          multipart_etag, verify_download)
 
 log = logging.getLogger(__name__)
 
-DEFAULT_CONCURRENCY = 32
-
-
-@dataclass(frozen=True)
-class StageOptions:
-    """Everything a stage needs; :meth:`to_argv` turns it back into a command line (for sbatch scripts)."""
-
-    source: str
-    dest: Path
-    include: tuple[str, ...] = ()
-    exclude: tuple[str, ...] = ()
-    concurrency: int = DEFAULT_CONCURRENCY
-    multipart_threshold: int = DEFAULT_PART_SIZE
-    multipart_chunksize: int = DEFAULT_PART_SIZE
-    download_attempts: int = 5
-    layout: StripeLayout | None = STAGED_INPUT_LAYOUT
-    progress: bool | None = None
-    client: ClientOptions = field(default_factory=ClientOptions)
-    engine: str = "builtin"  # who fetches the large objects: our ranged GETs (builtin) or s5cmd
-
-    def __post_init__(self) -> None:
-        check_transfer_settings(self.concurrency, self.multipart_chunksize)
-        if self.engine not in s5cmd.ENGINES:
-            raise ConfigError(f"--engine must be one of {', '.join(s5cmd.ENGINES)} (got {self.engine!r})")
-        object.__setattr__(self, "dest", Path(self.dest))
-
-    def to_argv(self) -> list[str]:
-        """``["stage", SOURCE, DEST, ...]`` reproducing these options; never contains credentials."""
-        argv = ["stage", self.source, str(self.dest), "--concurrency", str(self.concurrency),
-                "--part-size", str(self.multipart_chunksize), "--max-attempts", str(self.client.max_attempts)]
-        for pat in self.include:
-            argv += ["--include", pat]
-        for pat in self.exclude:
-            argv += ["--exclude", pat]
-        for opt, value in (("--endpoint-url", self.client.endpoint_url), ("--profile", self.client.profile),
-                           ("--region", self.client.region)):
-            if value:
-                argv += [opt, value]
-        if self.engine != "builtin":
-            argv += ["--engine", self.engine]
-        if self.layout is None:
-            argv.append("--no-stripe")
-        elif self.layout != STAGED_INPUT_LAYOUT:
-            argv.append("--stripe-layout=" + shlex.join(self.layout.args))
-        return argv
 
 
 class _Stager:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shardprep.errors import TransferError
+from shardprep.units import decimal_bytes
 
 
 @dataclass
@@ -62,9 +63,9 @@ class TransferSummary:
                 "failed": len(self.failed), "failed_keys": sorted(self.failed)}
 
     def line(self) -> str:
-        return (f"{self.action} {self.files} files, {human_bytes(self.bytes)} in {self.seconds:.1f} s "
+        return (f"{self.action} {self.files} files, {decimal_bytes(self.bytes)} in {self.seconds:.1f} s "
                 f"({self.mb_per_s:.1f} MB/s); skipped {self.skipped} {self.skipped_as} "
-                f"({human_bytes(self.skipped_bytes)}); failed {len(self.failed)}")
+                f"({decimal_bytes(self.skipped_bytes)}); failed {len(self.failed)}")
 
     def print_failures(self, stream: Any = None) -> None:
         stream = stream or sys.stderr
@@ -79,14 +80,6 @@ class TransferSummary:
         shown = ", ".join(repr(k) for k in keys[:5]) + (f" and {len(keys) - 5} more" if len(keys) > 5 else "")
         raise TransferError(f"{len(keys)} of {self.planned_files} objects failed: {shown}",
                             hint="the rest landed; re-run the same command to retry only what is missing")
-
-
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} TB"
 
 
 def progress_bar(total: int, *, desc: str, enabled: bool | None) -> Any:

@@ -1,7 +1,10 @@
 """Atomic file writing: temporary name beside the target, fsync, rename, fsync the directory.
 
-Every writer in shardprep (shards, sidecars, job.json, index.json, staged downloads, exported files)
-goes through here, so "nothing half-written under a final name" is enforced in one place.
+:class:`AtomicFile` (and :func:`atomic_writer`, the same as a context manager) is how shards, sidecars,
+job.json, tokenizer.json, index.json, jobs.json, reports, exported files and stage's journal are written,
+so "nothing half-written under a final name" is one piece of code.  Two writers keep their own steps on
+purpose: ``stage`` verifies a download between its fsync and its rename (``staging/stage.py``), and the
+plan directory is built under a temporary name and renamed whole (``job/plan.py``).
 """
 
 from __future__ import annotations
@@ -131,25 +134,50 @@ def discard_temp(f: IO[bytes], tmp: Path) -> None:
         tmp.unlink()
 
 
+class AtomicFile:
+    """A file written under a hidden temporary name beside ``target`` (:func:`temp_name_for`): ``file`` to
+    write, :meth:`commit` to publish it (flush, fsync, rename to ``target``, fsync the directory),
+    :meth:`abort` to drop it.  ``target`` never holds a partly written file."""
+
+    def __init__(self, target: Path, *, buffering: int = 1 << 20):
+        self.target = Path(target)
+        self.tmp = temp_name_for(self.target)
+        self.file: IO[bytes] = open(self.tmp, "wb", buffering=buffering)
+        self._open = True
+
+    def fileno(self) -> int:
+        return self.file.fileno()
+
+    def commit(self) -> Path:
+        self.file.flush()
+        os.fsync(self.file.fileno())
+        self.file.close()
+        os.replace(self.tmp, self.target)
+        self._open = False
+        fsync_dir(self.target.parent)
+        return self.target
+
+    def abort(self) -> None:
+        """Remove the temporary file (also when closing it fails, e.g. a flush on a full disk); idempotent."""
+        if self._open:
+            self._open = False
+            discard_temp(self.file, self.tmp)
+
+
 @contextlib.contextmanager
 def atomic_writer(target: Path, *, buffering: int = 1 << 20) -> Iterator[IO[bytes]]:
     """Open a temporary file for writing; on success fsync and rename it to ``target``.
 
-    On any exception the temporary file is removed and ``target`` is untouched.
+    On any exception the temporary file is removed and ``target`` is untouched; a full disk or quota is
+    one ``DiskFull`` naming the file.
     """
-    target = Path(target)
-    tmp = temp_name_for(target)
-    f = open(tmp, "wb", buffering=buffering)
+    f = AtomicFile(target, buffering=buffering)
     try:
-        yield f
-        f.flush()
-        os.fsync(f.fileno())
-        f.close()
-        os.replace(tmp, target)
-        fsync_dir(target.parent)
+        yield f.file
+        f.commit()
     except BaseException as e:
-        discard_temp(f, tmp)
-        full = no_space_error(target, e)
+        f.abort()
+        full = no_space_error(f.target, e)
         if full is not None:
             raise full from e
         raise

@@ -1,59 +1,31 @@
-"""Where a dataset's bytes come from: local/Lustre paths, ``s3://`` or any other URL fsspec knows.
+"""Where a dataset's bytes come from: the one table that picks a store for a path or URL.
 
-``ByteSource`` is the random-access seam every shard read goes through (``LocalSource`` reads a local or
-Lustre file with ``pread``).  ``shard.index``, the loader and the ``verify``/``inspect``/``report``
-commands call the functions below by location; each one sends a local path to the file system, an ``s3://`` URL to the one S3 layer
-(``shardprep.storage.s3``: the client per process and options, botocore's standard retries, exact ranged
-reads, shared with staging) and any other URL (``gs://``, ``az://``, ``https://``, ``hf://`` ...) to
-``shardprep.storage.remote`` (fsspec).  A shard is never downloaded whole: each sample is one ranged read
-at the byte offsets of the sidecar's chunk table (``shard.reader.read_chunk`` over a ``ByteSource``).
+A location is a local/Lustre path, an ``s3://`` URL or any other URL fsspec knows (``gs://``, ``az://``,
+``https://``, ``hf://`` ...).  :data:`SCHEMES` maps its scheme to a :class:`~shardprep.storage.store.Store`,
+as webdataset's ``gopen_schemes`` does: a path goes to the file system (``storage/local.py``), ``s3://`` to
+the one S3 layer (``storage/s3.py``: the client per process and options, botocore's standard retries,
+shared with staging) and every other URL to fsspec (``storage/remote.py``).  A new kind of location is one
+``Store`` module and one entry here; nothing above ``storage/`` changes.
+
+``shard.index``, the loader and the ``verify``/``inspect``/``report`` commands read through
+:func:`store_for` (or the one-line helpers below).  A shard is never downloaded whole for reading samples:
+each sample is one ranged read at the byte offsets of the sidecar's chunk table (``shard.reader.read_chunk``
+over a ``ByteSource``).
 """
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Protocol
+from typing import Any, Callable, Mapping
 
 from shardprep.errors import ConfigError, InputDataError
-from shardprep.storage import remote
-from shardprep.storage import s3 as s3layer
-from shardprep.storage.atomic import sha256_file
-from shardprep.storage.s3 import ClientOptions
-
-
-class ByteSource(Protocol):
-    """Random-access bytes of one shard."""
-
-    def read(self, offset: int, size: int) -> bytes: ...
-
-    def close(self) -> None: ...
-
-
-class LocalSource:
-    """A local or Lustre file read with ``os.pread`` (thread-safe, no seek state)."""
-
-    def __init__(self, path: str | Path):
-        self.path = str(path)
-        self._fd = os.open(self.path, os.O_RDONLY)
-
-    def read(self, offset: int, size: int) -> bytes:
-        data = os.pread(self._fd, size, offset)
-        if len(data) != size:
-            raise EOFError(f"{self.path}: truncated: wanted {size} bytes at offset {offset}, got {len(data)}")
-        return data
-
-    def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-
-    def __del__(self) -> None:  # best effort; readers usually close explicitly
-        try:
-            self.close()
-        except Exception:
-            pass
+from shardprep.storage.local import LocalStore
+from shardprep.storage.remote import FsspecStore
+from shardprep.storage.s3 import ClientOptions, S3Store
+from shardprep.storage.store import ByteSource, Store
 
 
 @dataclass(frozen=True)
@@ -79,65 +51,76 @@ class StorageOptions:
 
 
 _DEFAULT = StorageOptions()
+_LOCAL = LocalStore()
+# scheme:// or fsspec's chained form (simplecache::gs://...): its first scheme
+_SCHEME_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)(://|::)")
+ANY_URL = "*"
+
+# scheme -> the store serving it ("": a path; ANY_URL: every URL without an entry of its own)
+SCHEMES: dict[str, Callable[[StorageOptions], Store]] = {
+    "": lambda storage: _LOCAL,
+    "s3": lambda storage: S3Store(storage.s3),
+    ANY_URL: lambda storage: FsspecStore(storage.fsspec),
+}
+
+
+def scheme(location: str | os.PathLike) -> str:
+    """The URL scheme of ``location`` (``s3``, ``gs``, ``simplecache`` ...), or ``""`` for a path."""
+    m = _SCHEME_RE.match(str(location))
+    return m.group(1) if m else ""
+
+
+def store_for(location: str | os.PathLike, storage: StorageOptions | None = None) -> Store:
+    """The store that serves ``location``, configured with ``storage`` (default: the environment's)."""
+    key = scheme(location)
+    return SCHEMES.get(key, SCHEMES[ANY_URL])(storage or _DEFAULT)
 
 
 def is_s3(location: str | os.PathLike) -> bool:
-    return s3layer.is_s3_url(location)
+    return scheme(location) == "s3"
 
 
 def is_url(location: str | os.PathLike) -> bool:
-    """``s3://`` or any other URL (read remotely), as opposed to a local or Lustre path."""
-    return is_s3(location) or remote.is_fsspec_url(location)
+    """Any URL (read through a remote store), as opposed to a local or Lustre path."""
+    return scheme(location) != ""
 
 
-def join(root: str, name: str) -> str:
+def join(root: str | os.PathLike, name: str) -> str:
     """``root/name`` for a directory path or a URL prefix."""
     if is_url(root):
         return str(root).rstrip("/") + "/" + name
     return str(Path(root) / name)
 
 
-def _client(storage: StorageOptions | None) -> Any:   # a boto3 S3 client
-    return s3layer.shared_client((storage or _DEFAULT).s3)
+def split(location: str | os.PathLike) -> tuple[str, str]:
+    """``(parent, name)`` of a file's path or URL: ``join``'s inverse."""
+    if is_url(location):
+        parent, _, name = str(location).rstrip("/").rpartition("/")
+        return parent, name
+    path = Path(location)
+    return str(path.parent), path.name
 
 
 def open_source(location: str, *, storage: StorageOptions | None = None) -> ByteSource:
-    """A ByteSource for a local path or a URL."""
-    if is_s3(location):
-        return s3layer.S3Source(location, (storage or _DEFAULT).s3)
-    if remote.is_fsspec_url(location):
-        return remote.FsspecSource(location, (storage or _DEFAULT).fsspec)
+    """A shard opened for ranged reads; a missing one is an ``InputDataError`` naming it."""
     try:
-        return LocalSource(location)
+        return store_for(location, storage).open(location)
     except FileNotFoundError:
         raise InputDataError(f"{location}: shard is missing") from None
 
 
 def read_bytes(location: str, *, storage: StorageOptions | None = None) -> bytes:
     """A whole small file (index.json, a sidecar); FileNotFoundError when it does not exist."""
-    if is_s3(location):
-        return s3layer.read_object(_client(storage), s3layer.parse_s3_object(location))
-    if remote.is_fsspec_url(location):
-        return remote.read_object(location, (storage or _DEFAULT).fsspec)
-    return Path(location).read_bytes()
+    return store_for(location, storage).read_bytes(location)
 
 
 def object_sizes(root: str, *, storage: StorageOptions | None = None) -> Mapping[str, int]:
     """Sizes of the files directly under ``root`` (one LIST per 1,000 objects on S3, one listing on other
     stores, a HEAD per name looked up over HTTP, a scandir locally); FileNotFoundError when ``root`` (the
     directory or the bucket) does not exist."""
-    if is_s3(root):
-        return s3layer.object_sizes(_client(storage), s3layer.parse_s3_url(root))
-    if remote.is_fsspec_url(root):
-        return remote.object_sizes(root, (storage or _DEFAULT).fsspec)
-    with os.scandir(root) as it:
-        return {e.name: e.stat().st_size for e in it if e.is_file()}
+    return store_for(root, storage).sizes(root)
 
 
 def sha256_of(location: str, *, storage: StorageOptions | None = None, block: int = 8 << 20) -> str:
-    """sha256 of a whole shard, streamed (``verify=True``)."""
-    if is_s3(location):
-        return s3layer.sha256_object(_client(storage), s3layer.parse_s3_object(location), block=block)
-    if remote.is_fsspec_url(location):
-        return remote.sha256_object(location, (storage or _DEFAULT).fsspec, block=block)
-    return sha256_file(Path(location), block=block)
+    """sha256 of a whole shard, streamed (the loader's ``verify=True``)."""
+    return store_for(location, storage).sha256(location, block=block)

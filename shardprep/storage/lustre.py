@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Callable
 
 from shardprep.errors import ConfigError, EnvironmentProblem
+from shardprep.storage.local import existing_ancestor
 from shardprep.storage.lock import is_unused_dir
 
 log = logging.getLogger(__name__)
@@ -110,9 +111,7 @@ def read_mount_table(path: str = "/proc/self/mounts") -> list[MountEntry]:
 
 def detect_lustre(path: Path) -> bool:
     """Is ``path`` (or its nearest existing ancestor) on Lustre?"""
-    probe = Path(os.path.abspath(path))
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
+    probe = existing_ancestor(path)
     magic = statfs_magic(probe)
     mount = None if magic is not None else mount_for(os.path.realpath(probe), read_mount_table())
     return is_lustre(magic, mount)

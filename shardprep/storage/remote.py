@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 from typing import Any, Iterator, Mapping
 
 from shardprep.errors import (
@@ -27,16 +26,9 @@ from shardprep.errors import (
     ShardprepError,
     TransferError,
 )
+from shardprep.storage.store import exact
 
 EXTRA = "remote"
-# scheme:// or fsspec's chained form (simplecache::gs://...)
-_URL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*(://|::)")
-
-
-def is_fsspec_url(location: object) -> bool:
-    """A URL for fsspec: any ``scheme://`` (or chained ``a::b://``) except ``s3://``."""
-    text = str(location)
-    return bool(_URL_RE.match(text)) and not text.startswith("s3://")
 
 
 def resolve(url: str, options: Mapping[str, Any]) -> tuple[Any, str]:
@@ -141,8 +133,27 @@ def remote_errors(what: str) -> Iterator[None]:
         raise TransferError(f"{what}: {type(e).__name__}: {detail}", hint=hint) from None
 
 
+class FsspecStore:
+    """Any URL fsspec knows, its file systems built with ``options`` (a ``Store``, see ``storage.store``)."""
+
+    def __init__(self, options: Mapping[str, Any]):
+        self.options = options
+
+    def open(self, location: str) -> "FsspecSource":
+        return FsspecSource(location, self.options)
+
+    def read_bytes(self, location: str) -> bytes:
+        return read_object(location, self.options)
+
+    def sizes(self, root: str) -> Mapping[str, int]:
+        return object_sizes(root, self.options)
+
+    def sha256(self, location: str, *, block: int = 8 << 20) -> str:
+        return sha256_object(location, self.options, block=block)
+
+
 class FsspecSource:
-    """One remote file as a ``ByteSource`` (``shard.reader``): each read is one ranged read of exact bytes.
+    """One remote file as a ``ByteSource``: each read is one ranged read of exact bytes.
 
     The file system is looked up again after a fork (fsspec's instance cache is per process).
     """
@@ -168,10 +179,7 @@ class FsspecSource:
         fs, path = self._resolved()
         with remote_errors(f"{self.path}: read {size} bytes at {offset}"):
             data = fs.cat_file(path, start=offset, end=offset + size)
-        if len(data) != size:
-            what = "the server ignored the Range request" if len(data) > size else "truncated"
-            raise EOFError(f"{self.path}: {what}: wanted {size} bytes at offset {offset}, got {len(data)}")
-        return data
+        return exact(data, self.path, offset, size)
 
     def close(self) -> None:  # file systems are shared per process; nothing to release
         pass

@@ -24,9 +24,10 @@ import re
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, Callable, Iterator, Mapping, TypeVar
 
 from shardprep.errors import ConfigError, TransferError
+from shardprep.storage.store import exact
 
 log = logging.getLogger(__name__)
 
@@ -250,10 +251,7 @@ def read_range(client: Any, obj: S3Object, offset: int, size: int) -> bytes:
         return b""
     byte_range = f"bytes={offset}-{offset + size - 1}"
     data = _get(client, obj, lambda body: body.read(), what=f"{obj.url}: GET {byte_range}", Range=byte_range)
-    if len(data) != size:
-        what = "the server ignored the Range header" if len(data) > size else "truncated"
-        raise EOFError(f"{obj.url}: {what}: wanted {size} bytes at offset {offset}, got {len(data)}")
-    return data
+    return exact(data, obj.url, offset, size)
 
 
 def read_object(client: Any, obj: S3Object) -> bytes:
@@ -285,8 +283,27 @@ def object_sizes(client: Any, loc: S3Location) -> dict[str, int]:
         return {e["Key"][len(loc.prefix):]: int(e["Size"]) for e in list_objects(client, loc, delimiter="/")}
 
 
+class S3Store:
+    """``s3://`` through this process's shared client for ``options`` (a ``Store``, see ``storage.store``)."""
+
+    def __init__(self, options: ClientOptions):
+        self.options = options
+
+    def open(self, location: str) -> "S3Source":
+        return S3Source(location, self.options)
+
+    def read_bytes(self, location: str) -> bytes:
+        return read_object(shared_client(self.options), parse_s3_object(location))
+
+    def sizes(self, root: str) -> Mapping[str, int]:
+        return object_sizes(shared_client(self.options), parse_s3_url(root))
+
+    def sha256(self, location: str, *, block: int = 8 << 20) -> str:
+        return sha256_object(shared_client(self.options), parse_s3_object(location), block=block)
+
+
 class S3Source:
-    """One S3 object as a ``ByteSource`` (``shard.reader``): each read is one ranged GET of exact bytes.
+    """One S3 object as a ``ByteSource``: each read is one ranged GET of exact bytes.
 
     Holds no connection: the process's shared client is looked up per read, so a source created before a
     DataLoader worker forked is still safe to use in the worker.

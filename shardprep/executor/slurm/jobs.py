@@ -12,13 +12,15 @@ for submitit arrays it is the order of ``map_array``'s arguments.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
 from shardprep.job.state import format_array_ranges, parse_array_ranges
-from shardprep.storage.atomic import read_json, write_json_atomic
+from shardprep.records import Fields, load_json, record
+from shardprep.storage.atomic import write_json_atomic
 
 if TYPE_CHECKING:
     from shardprep.executor.slurm.options import SlurmOptions
@@ -28,28 +30,131 @@ SLURM_DIR = "slurm"
 JOBS_FILE = "jobs.json"
 
 
+@dataclass(frozen=True)
+class ArrayRecord:
+    """One submitted array: its job id, and which task each index runs (the i-th index the i-th task)."""
+
+    job_id: str
+    indices: str                   # array syntax, ascending
+    tasks: str                     # array syntax, ascending
+    log: str                       # relative to OUTPUT, with ``{job}`` and ``{index}``
+    offset: int | None = None      # sbatch: index i runs task offset + i; submitit: None (positions)
+    array: str | None = None       # sbatch's --array value, the %N throttle included
+    script: str | None = None      # sbatch: the script, relative to OUTPUT
+    dependency: str | None = None
+    plain: bool = False            # submitit submits a single call as a plain job, not an array
+
+    def elements(self) -> Iterator[tuple[int, int]]:
+        """(index, task) pairs."""
+        yield from zip(parse_array_ranges(self.indices), parse_array_ranges(self.tasks))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class FinalizeRecord:
+    """The finalize job of a submission (``afterok`` on every array of it)."""
+
+    job_id: str
+    log: str | None = None         # relative to OUTPUT
+    script: str | None = None      # sbatch: the script, relative to OUTPUT
+    dependency: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class Submission:
+    """One ``submit`` through Slurm (first run or ``--resume``), or one stage job (``executor`` ``slurm-stage``:
+    a plain job of its own, ``job_id``/``script``/``log``, no arrays)."""
+
+    seq: int
+    executor: str = "slurm"
+    submitted_at: str | None = None
+    tasks: str | None = None                   # array syntax
+    max_array_size: int | None = None
+    max_array_size_source: str | None = None
+    throttle: str | None = None                # SubmissionPlan.throttle_mode
+    options: dict[str, Any] = field(default_factory=dict)   # SlurmOptions.to_dict(), as recorded
+    arrays: tuple[ArrayRecord, ...] = ()
+    finalize: FinalizeRecord | None = None
+    job_id: str | None = None                  # the stage job's
+    script: str | None = None
+    log: str | None = None
+    then_submit: tuple[str, ...] | None = None
+
+    def slurm_options(self) -> SlurmOptions:
+        """The options it was submitted with (fields recorded before they existed take today's defaults)."""
+        from shardprep.executor.slurm.options import SlurmOptions
+
+        return SlurmOptions.from_dict(self.options)
+
+    @property
+    def max_attempts(self) -> int | None:
+        """--max-requeues + 1 as recorded; None for submissions made before the cap existed (unlimited)."""
+        cap = self.options.get("max_requeues")
+        return None if cap is None else int(cap) + 1
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {name: getattr(self, name) for name in _HEAD}
+        d.update(options=self.options, arrays=[a.to_dict() for a in self.arrays],
+                 finalize=self.finalize.to_dict() if self.finalize else None)
+        for name in _STAGE:
+            value = getattr(self, name)
+            if value is not None:
+                d[name] = list(value) if name == "then_submit" else value
+        return d
+
+    @classmethod
+    def parse(cls, f: Fields) -> Submission:
+        values: dict[str, Any] = {"seq": f.int("seq", minimum=1)}
+        for name, read in (("executor", f.str), ("submitted_at", f.str), ("tasks", f.str),
+                           ("max_array_size", f.int), ("max_array_size_source", f.str), ("throttle", f.str),
+                           ("job_id", f.str), ("script", f.str), ("log", f.str)):
+            if f.has(name):
+                values[name] = read(name, optional=name != "executor")
+        if f.has("options") and f.raw("options") is not None:
+            values["options"] = f.dict("options")
+        if f.has("arrays"):
+            values["arrays"] = tuple(record(ArrayRecord, a, defaults=True) for a in f.objects("arrays"))
+        if f.has("finalize") and f.raw("finalize") is not None:
+            values["finalize"] = record(FinalizeRecord, f.obj_at("finalize"), defaults=True)
+        if f.has("then_submit") and f.raw("then_submit") is not None:
+            values["then_submit"] = f.strs("then_submit")
+        return cls(**values)
+
+
+_HEAD = ("seq", "submitted_at", "executor", "tasks", "max_array_size", "max_array_size_source", "throttle")
+_STAGE = ("job_id", "script", "log", "then_submit")
+
+
 def jobs_path(output: Path) -> Path:
     return Path(output) / SLURM_DIR / JOBS_FILE
 
 
-def read_submissions(output: Path) -> list[dict[str, Any]]:
+def read_submissions(output: Path) -> list[Submission]:
     """Every recorded submission, oldest first (empty when the job never went through Slurm)."""
     path = jobs_path(output)
-    if not path.exists():
+    try:
+        data = path.read_bytes()
+    except (FileNotFoundError, NotADirectoryError):     # never submitted, or OUTPUT is no directory at all
         return []
-    return list(read_json(path).get("submissions", []))
+    f = load_json(data, str(path), "Slurm jobs record")
+    return [Submission.parse(s) for s in f.objects("submissions")] if f.has("submissions") else []
 
 
-def last_submission(output: Path) -> dict[str, Any] | None:
+def last_submission(output: Path) -> Submission | None:
     """The most recent submission record (its executor and options seed ``submit --resume``)."""
     subs = read_submissions(output)
     return subs[-1] if subs else None
 
 
-def write_submissions(output: Path, submissions: list[dict[str, Any]]) -> None:
+def write_submissions(output: Path, submissions: list[Submission]) -> None:
     path = jobs_path(output)
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(path, {"submissions": submissions})
+    write_json_atomic(path, {"submissions": [s.to_dict() for s in submissions]})
 
 
 def now_iso() -> str:
@@ -57,32 +162,32 @@ def now_iso() -> str:
 
 
 class SubmissionRecorder:
-    """Appends one submission record and keeps it up to date as jobs are submitted."""
+    """Appends one submission record and keeps it up to date as jobs are submitted (rewritten after each
+    ``sbatch``, so a submission that fails halfway still lists the jobs it did start)."""
 
-    def __init__(self, output: Path, record: dict[str, Any]):
+    def __init__(self, output: Path, *, executor: str, tasks: str, options: dict[str, Any], **head: Any):
         self.output = Path(output)
         self.previous = read_submissions(output)
-        self.record = {"seq": len(self.previous) + 1, "submitted_at": now_iso(), **record,
-                       "arrays": [], "finalize": None}
+        self.record = Submission(seq=len(self.previous) + 1, submitted_at=now_iso(), executor=executor,
+                                 tasks=tasks, options=options, **head)
 
     @classmethod
-    def for_plan(cls, output: Path, executor: str, task_ids: list[int], plan: "SubmissionPlan", source: str,
-                 options: "SlurmOptions") -> "SubmissionRecorder":
+    def for_plan(cls, output: Path, executor: str, task_ids: list[int], plan: SubmissionPlan, source: str,
+                 options: SlurmOptions) -> SubmissionRecorder:
         """The record of a tokenize submission of ``plan`` (MaxArraySize read from ``source``)."""
-        return cls(output, {"executor": executor, "tasks": format_array_ranges(task_ids),
-                            "max_array_size": plan.max_array_size, "max_array_size_source": source,
-                            "throttle": plan.throttle_mode, "options": options.to_dict()})
+        return cls(output, executor=executor, tasks=format_array_ranges(task_ids), options=options.to_dict(),
+                   max_array_size=plan.max_array_size, max_array_size_source=source, throttle=plan.throttle_mode)
 
     @property
     def seq(self) -> int:
-        return int(self.record["seq"])
+        return self.record.seq
 
-    def add_array(self, entry: dict[str, Any]) -> None:
-        self.record["arrays"].append(entry)
+    def add_array(self, entry: ArrayRecord) -> None:
+        self.record = dataclasses.replace(self.record, arrays=(*self.record.arrays, entry))
         self.save()
 
-    def set_finalize(self, entry: dict[str, Any]) -> None:
-        self.record["finalize"] = entry
+    def set_finalize(self, entry: FinalizeRecord) -> None:
+        self.record = dataclasses.replace(self.record, finalize=entry)
         self.save()
 
     def save(self) -> None:
@@ -111,18 +216,12 @@ class TaskAttempt:
         return self.job_id if self.plain else f"{self.job_id}_{self.index}"
 
 
-def array_elements(array: dict[str, Any]) -> Iterator[tuple[int, int]]:
-    """(index, task) pairs of one array record."""
-    yield from zip(parse_array_ranges(array["indices"]), parse_array_ranges(array["tasks"]))
-
-
-def latest_attempts(submissions: list[dict[str, Any]]) -> dict[int, TaskAttempt]:
+def latest_attempts(submissions: list[Submission]) -> dict[int, TaskAttempt]:
     """For each task, the most recent array element that was submitted to run it."""
     out: dict[int, TaskAttempt] = {}
     for sub in submissions:
-        for array in sub.get("arrays", []):
-            for index, task in array_elements(array):
-                log = array["log"].format(job=array["job_id"], index=index)
-                out[task] = TaskAttempt(task, str(array["job_id"]), index, log, int(sub["seq"]),
-                                        sub.get("executor", "slurm"), bool(array.get("plain")))
+        for array in sub.arrays:
+            for index, task in array.elements():
+                log = array.log.format(job=array.job_id, index=index)
+                out[task] = TaskAttempt(task, array.job_id, index, log, sub.seq, sub.executor, array.plain)
     return out

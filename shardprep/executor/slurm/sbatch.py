@@ -20,17 +20,15 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from shardprep.executor.base import LaunchReport
 from shardprep.executor.slurm import commands as slurm_cmd
-from shardprep.executor.slurm.jobs import SLURM_DIR, SubmissionRecorder
-from shardprep.executor.slurm.options import SlurmOptions
-from shardprep.executor.slurm.render import TASK_LOG_PATTERN, checked_output, render_finalize, render_tokenize
-from shardprep.executor.slurm.state import refuse_if_active
+from shardprep.executor.slurm.jobs import SLURM_DIR, ArrayRecord, FinalizeRecord, SubmissionRecorder
+from shardprep.executor.slurm.launch import SlurmLauncher
+from shardprep.executor.slurm.render import TASK_LOG_PATTERN, render_finalize, render_tokenize
 from shardprep.executor.slurm.submission import PlannedArray, SubmissionPlan
 from shardprep.job.state import format_array_ranges
-from shardprep.shard.format import INDEX_FILE, LOG_DIR
+from shardprep.shard.format import LOG_DIR
 
 log = logging.getLogger(__name__)
 
@@ -48,19 +46,11 @@ class RenderedJob:
         return "finalize" if self.array is None else "tokenize"
 
 
-class SlurmExecutor:
+class SlurmExecutor(SlurmLauncher):
     """Submit task ids of a frozen plan as sbatch job arrays plus a dependent finalize job."""
 
     name = "slurm"
-
-    def __init__(self, options: SlurmOptions, *, finalize: bool = True):
-        self.options = options
-        self.finalize = finalize
-
-    def plan(self, output: Path, task_ids: list[int], max_array_size: int) -> SubmissionPlan:
-        return SubmissionPlan.build(task_ids, max_array_size=max_array_size, throttle=self.options.max_parallel,
-                                    indexing="offset", finalize=self.finalize,
-                                    finalized=(output / INDEX_FILE).exists())
+    indexing = "offset"
 
     def render(self, output: Path, plan: SubmissionPlan, seq: int) -> list[RenderedJob]:
         """The scripts of ``plan``, arrays first (in plan order), then finalize."""
@@ -72,15 +62,13 @@ class SlurmExecutor:
         return jobs
 
     def launch(self, output: Path, task_ids: list[int], *, dry_run: bool = False) -> LaunchReport:
-        output = checked_output(output)
-        refuse_if_active(output, task_ids)
-        max_size, source = slurm_cmd.max_array_size()
-        plan = self.plan(output, task_ids, max_size)
+        launch = self.prepare(output, task_ids)
+        output, plan = launch.output, launch.plan
         log.info("%d task(s) as %d array job(s) (MaxArraySize %d from %s), throttle: %s", len(task_ids),
-                 len(plan.arrays), max_size, source, plan.throttle_mode)
+                 len(plan.arrays), plan.max_array_size, launch.max_array_size_source, plan.throttle_mode)
         if dry_run:
             return LaunchReport(self.name, list(task_ids), scripts=self._dry_run_text(output, plan))
-        recorder = SubmissionRecorder.for_plan(output, self.name, task_ids, plan, source, self.options)
+        recorder = self.recorder(launch)
         (output / LOG_DIR).mkdir(parents=True, exist_ok=True)   # Slurm does not create --output's directory
         (output / SLURM_DIR).mkdir(parents=True, exist_ok=True)
         report = LaunchReport(self.name, list(task_ids))
@@ -105,18 +93,18 @@ class SlurmExecutor:
         return plan.array_dependency(job.array, array_ids)
 
     def _record(self, recorder: SubmissionRecorder, job: RenderedJob, job_id: str, dependency: str | None) -> None:
-        entry: dict[str, Any] = {"job_id": job_id, "script": f"{SLURM_DIR}/{job.script_name}", "dependency": dependency}
+        script = f"{SLURM_DIR}/{job.script_name}"
         a = job.array
         if a is None:
-            entry["log"] = f"{LOG_DIR}/finalize-{job_id}.out"
-            recorder.set_finalize(entry)
+            recorder.set_finalize(FinalizeRecord(job_id, log=f"{LOG_DIR}/finalize-{job_id}.out", script=script,
+                                                 dependency=dependency))
             log.info("submitted finalize job %s (%s)", job_id, dependency or "no dependency")
             return
-        entry.update(offset=a.offset, array=a.array_spec(self.options.max_parallel),
-                     indices=format_array_ranges(a.indices), tasks=format_array_ranges(a.task_ids),
-                     log=f"{LOG_DIR}/{{job}}_{{index}}.out")
+        entry = ArrayRecord(job_id, format_array_ranges(a.indices), format_array_ranges(a.task_ids),
+                            log=f"{LOG_DIR}/{{job}}_{{index}}.out", offset=a.offset,
+                            array=a.array_spec(self.options.max_parallel), script=script, dependency=dependency)
         recorder.add_array(entry)
-        log.info("submitted array job %s: tasks %s (--array=%s)", job_id, entry["tasks"], entry["array"])
+        log.info("submitted array job %s: tasks %s (--array=%s)", job_id, entry.tasks, entry.array)
 
     def _dry_run_text(self, output: Path, plan: SubmissionPlan) -> list[str]:
         """Each script preceded by the sbatch command that would submit it (job ids as placeholders)."""

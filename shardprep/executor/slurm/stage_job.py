@@ -24,16 +24,16 @@ import logging
 import os
 import shlex
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from shardprep.errors import ConfigError
 from shardprep.executor.slurm import commands as slurm_cmd
-from shardprep.executor.slurm.jobs import now_iso, read_submissions, write_submissions
+from shardprep.executor.slurm.jobs import Submission, now_iso, read_submissions, write_submissions
 from shardprep.executor.slurm.options import SlurmOptions
 from shardprep.executor.slurm.render import job_environment, render, template_text, unsafe_path_problem
 
 if TYPE_CHECKING:
-    from shardprep.staging.stage import StageOptions
+    from shardprep.staging.options import StageOptions
 
 log = logging.getLogger(__name__)
 
@@ -85,12 +85,13 @@ def render_stage(stage_argv: Sequence[str], submit_argv: Sequence[str] | None, o
 
 
 def submit_stage(stage_options: "StageOptions", opts: SlurmOptions, submit_argv: Sequence[str] | None = None,
-                 *, dry_run: bool = False, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """Submit the stage job for ``stage_options``; returns its record (also kept in ``jobs.json``).
+                 *, dry_run: bool = False, environ: Mapping[str, str] | None = None) -> str:
+    """Submit the stage job for ``stage_options``; returns its job id (its record is kept in ``jobs.json``),
+    or with ``dry_run`` the script it would submit.
 
     ``opts`` places the stage job (start from :data:`STAGE_JOB_OPTIONS`).  ``submit_argv``: the full
     ``shardprep submit`` argument list the job runs once everything is staged (None: stage only); the
-    caller has checked it (``shardprep.cli.args.check_then_tokenize``) so mistakes fail on the login
+    caller has checked it (``shardprep.cli.stage.check_then_tokenize``) so mistakes fail on the login
     node, not in the job.
     """
     from shardprep.storage.lustre import prepare_output_dir
@@ -104,18 +105,18 @@ def submit_stage(stage_options: "StageOptions", opts: SlurmOptions, submit_argv:
     state = dest / STAGE_SLURM_DIR
     text = render_stage(stage_argv, submit_argv, opts, state / "slurm", environ=environ)
     if dry_run:
-        return {"script": text, "job_id": None}
+        return text
     prepare_output_dir(dest, stage_options.layout)          # stripe DEST while it is still empty
     (state / "slurm").mkdir(parents=True, exist_ok=True)
     seq = len(read_submissions(state)) + 1
     script = state / "slurm" / f"{seq:03d}-stage.sbatch"
     script.write_text(text, encoding="utf-8")
     job_id = slurm_cmd.sbatch(str(script))
-    record = {"seq": seq, "submitted_at": now_iso(), "executor": "slurm-stage", "job_id": job_id,
-              "script": str(script), "log": str(state / "slurm" / f"stage-{job_id}.out"),
-              "then_submit": submit_argv, "options": opts.to_dict(), "arrays": [], "finalize": None}
+    record = Submission(seq=seq, submitted_at=now_iso(), executor="slurm-stage", job_id=job_id, script=str(script),
+                        log=str(state / "slurm" / f"stage-{job_id}.out"),
+                        then_submit=tuple(submit_argv) if submit_argv else None, options=opts.to_dict())
     write_submissions(state, [*read_submissions(state), record])
-    log.info("submitted stage job %s (log %s)%s", job_id, record["log"],
+    log.info("submitted stage job %s (log %s)%s", job_id, record.log,
              "; it submits the tokenize array when staging succeeded" if submit_argv else "")
-    return record
+    return job_id
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from shardprep.errors import ConfigError
 from shardprep.executor.slurm import commands as slurm_cmd
-from shardprep.executor.slurm.jobs import TaskAttempt, latest_attempts, read_submissions
+from shardprep.executor.slurm.jobs import FinalizeRecord, TaskAttempt, latest_attempts, read_submissions
 from shardprep.job.advice import rerun_advice, resume_command
 from shardprep.job.state import JobState, format_array_ranges
 from shardprep.shard.format import INDEX_FILE
@@ -59,7 +59,8 @@ class TaskView:
 class SlurmView:
     tasks: dict[int, TaskView]
     submissions: int
-    finalize: dict | None = None              # last submission's finalize record, plus its queue state
+    finalize: FinalizeRecord | None = None    # the last submission's finalize job
+    finalize_state: str | None = None         # and what became of it (squeue/sacct, else the files)
     sources: list[str] = field(default_factory=list)
 
     def ids(self, state: str) -> list[int]:
@@ -130,8 +131,8 @@ def collect(output: Path, state: JobState) -> SlurmView | None:
     attempts = latest_attempts(submissions)
     not_done = [t for t in range(state.n_tasks) if t not in state.done]
     job_ids = sorted({attempts[t].job_id for t in not_done if t in attempts})
-    fin = dict(submissions[-1]["finalize"]) if submissions[-1].get("finalize") else None
-    query_ids = job_ids + ([str(fin["job_id"])] if fin else [])
+    fin = submissions[-1].finalize
+    query_ids = job_ids + ([fin.job_id] if fin else [])
     view = SlurmView({}, len(submissions), fin)
 
     queue = slurm_cmd.squeue(query_ids)
@@ -142,10 +143,10 @@ def collect(output: Path, state: JobState) -> SlurmView | None:
     for entry in (acct or []) + (queue or []):          # squeue (live) overrides sacct
         by_elem[(entry.job_id, entry.index)] = entry
     if fin:
-        e = by_elem.get((str(fin["job_id"]), None))
-        fin["state"] = e.state if e else _finalize_from_files(output, fin)
+        e = by_elem.get((fin.job_id, None))
+        view.finalize_state = e.state if e else _finalize_from_files(output, fin)
 
-    caps = {int(sub["seq"]): _max_attempts(sub) for sub in submissions}
+    caps = {sub.seq: sub.max_attempts for sub in submissions}
     for t in range(state.n_tasks):
         att = attempts.get(t)
         if t in state.done:
@@ -155,12 +156,6 @@ def collect(output: Path, state: JobState) -> SlurmView | None:
         else:
             view.tasks[t] = _task_view(output, t, att, by_elem.get(att.queue_key), caps.get(att.seq))
     return view
-
-
-def _max_attempts(submission: dict) -> int | None:
-    """--max-requeues + 1 as recorded; None for submissions made before the cap existed (unlimited)."""
-    cap = (submission.get("options") or {}).get("max_requeues")
-    return None if cap is None else int(cap) + 1
 
 
 def _task_view(output: Path, t: int, att: TaskAttempt, entry: slurm_cmd.QueueEntry | None,
@@ -185,12 +180,12 @@ def _task_view(output: Path, t: int, att: TaskAttempt, entry: slurm_cmd.QueueEnt
     return TaskView(t, "missing", why, **seen)
 
 
-def _finalize_from_files(output: Path, fin: dict) -> str:
+def _finalize_from_files(output: Path, fin: FinalizeRecord) -> str:
     """Finalize's outcome once Slurm forgot the job: from index.json and its log."""
     if (output / INDEX_FILE).exists():
         return "ended (index.json written)"
-    if fin.get("log") and (output / fin["log"]).exists():
-        return f"ended without index.json (see {fin['log']})"
+    if fin.log and (output / fin.log).exists():
+        return f"ended without index.json (see {fin.log})"
     return "did not run (cancelled because a task failed, or never started)"
 
 
@@ -204,8 +199,8 @@ def format_view(output: Path, view: SlurmView) -> list[str]:
         if ids:
             lines.append(f"    {st + ':':9} {counts[st]:>6}  [{format_array_ranges(ids)}]")
     if view.finalize:
-        lines.append(f"    finalize job {view.finalize['job_id']}: {view.finalize.get('state', '?')}"
-                     + (f" ({view.finalize['dependency']})" if view.finalize.get("dependency") else ""))
+        lines.append(f"    finalize job {view.finalize.job_id}: {view.finalize_state or '?'}"
+                     + (f" ({view.finalize.dependency})" if view.finalize.dependency else ""))
     retried = [v for v in view.tasks.values() if v.state != "done" and v.attempts > 1]
     if retried:
         shown = ", ".join(f"task {v.task} {_attempts_text(v)}" for v in sorted(retried, key=lambda v: v.task)[:10])
@@ -236,7 +231,7 @@ def as_json(view: SlurmView) -> dict:
                            "log": v.attempt.log if v.attempt else None,
                            "attempts": v.attempts, "max_attempts": v.max_attempts}
                   for t, v in view.tasks.items() if v.state != "done"},
-        "finalize": view.finalize,
+        "finalize": {**view.finalize.to_dict(), "state": view.finalize_state} if view.finalize else None,
     }
 
 

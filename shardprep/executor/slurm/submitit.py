@@ -22,12 +22,11 @@ from typing import Any
 
 from shardprep._extras import require
 from shardprep.errors import ConfigError, EnvironmentProblem
-from shardprep.executor.slurm import commands as slurm_cmd
 from shardprep.executor.base import LaunchReport
-from shardprep.executor.slurm.jobs import SLURM_DIR, SubmissionRecorder
+from shardprep.executor.slurm.jobs import SLURM_DIR, ArrayRecord, FinalizeRecord, SubmissionRecorder
+from shardprep.executor.slurm.launch import SlurmLauncher
 from shardprep.executor.slurm.options import SlurmOptions
-from shardprep.executor.slurm.state import refuse_if_active
-from shardprep.executor.slurm.render import checked_output, job_environment
+from shardprep.executor.slurm.render import job_environment
 from shardprep.executor.slurm.submission import SubmissionPlan
 from shardprep.job.state import format_array_ranges
 from shardprep.shard.format import INDEX_FILE
@@ -99,15 +98,15 @@ def extra_as_parameters(lines: tuple[str, ...]) -> dict[str, Any]:
     return params
 
 
-class SubmititExecutor:
+class SubmititExecutor(SlurmLauncher):
     """Submit task ids of a frozen plan with ``submitit.AutoExecutor.map_array``."""
 
     name = "submitit"
+    indexing = "position"
 
     def __init__(self, options: SlurmOptions, *, finalize: bool = True):
         require("submitit", feature="--executor submitit")   # fail before anything is planned or written
-        self.options = options
-        self.finalize = finalize
+        super().__init__(options, finalize=finalize)
 
     def parameters(self, output: Path) -> dict[str, Any]:
         o = self.options
@@ -140,21 +139,15 @@ class SubmititExecutor:
             raise EnvironmentProblem(f"submitit cannot use Slurm here: {e}",
                                      hint="run on a Slurm login node, or use --executor local") from None
 
-    def plan(self, output: Path, task_ids: list[int], max_array_size: int) -> SubmissionPlan:
-        return SubmissionPlan.build(task_ids, max_array_size=max_array_size, throttle=self.options.max_parallel,
-                                    indexing="position", finalize=self.finalize,
-                                    finalized=(output / INDEX_FILE).exists())
-
     def launch(self, output: Path, task_ids: list[int], *, dry_run: bool = False) -> LaunchReport:
-        output = checked_output(output)
-        refuse_if_active(output, task_ids)
-        max_size, source = slurm_cmd.max_array_size()
-        plan = self.plan(output, task_ids, max_size)
+        launch = self.prepare(output, task_ids)
+        output, plan = launch.output, launch.plan
         params = self.parameters(output)
         if dry_run:
-            return LaunchReport(self.name, list(task_ids), scripts=[self._dry_run_text(plan, source, params)])
+            return LaunchReport(self.name, list(task_ids),
+                                scripts=[self._dry_run_text(plan, launch.max_array_size_source, params)])
         ex = self._executor(output)
-        recorder = SubmissionRecorder.for_plan(output, self.name, task_ids, plan, source, self.options)
+        recorder = self.recorder(launch)
         report = LaunchReport(self.name, list(task_ids))
         array_ids: list[str] = []                                # job id of array k at position k
         task_fn = SubmititTask(str(output))
@@ -178,10 +171,10 @@ class SubmititExecutor:
     def _record_array(recorder: SubmissionRecorder, array_id: str, ids: tuple[int, ...],
                       dependency: str | None) -> None:
         plain = len(ids) == 1        # submitit submits a single call as a plain job, not an array
-        recorder.add_array({"job_id": array_id, "offset": None, "indices": format_array_ranges(range(len(ids))),
-                            "tasks": format_array_ranges(ids), "dependency": dependency,
-                            "plain": plain, "log": f"{SUBMITIT_DIR}/{{job}}_0_log.out" if plain
-                            else f"{SUBMITIT_DIR}/{{job}}_{{index}}_0_log.out"})
+        recorder.add_array(ArrayRecord(array_id, format_array_ranges(range(len(ids))), format_array_ranges(ids),
+                                       log=f"{SUBMITIT_DIR}/{{job}}_0_log.out" if plain
+                                       else f"{SUBMITIT_DIR}/{{job}}_{{index}}_0_log.out",
+                                       dependency=dependency, plain=plain))
         log.info("submitit array %s: tasks %s", array_id, format_array_ranges(ids))
 
     def _submit_finalize(self, ex: Any, params: dict[str, Any], dependency: str | None, output: Path,
@@ -192,8 +185,8 @@ class SubmititExecutor:
         ex.update_parameters(**{**params, "name": f"{self.options.job_name}-finalize", "cpus_per_task": 1,
                                 "slurm_additional_parameters": extra})
         job = ex.submit(SubmititFinalize(str(output)))
-        recorder.set_finalize({"job_id": str(job.job_id), "dependency": dependency,
-                               "log": f"{SUBMITIT_DIR}/{job.job_id}_0_log.out"})
+        recorder.set_finalize(FinalizeRecord(str(job.job_id), log=f"{SUBMITIT_DIR}/{job.job_id}_0_log.out",
+                                             dependency=dependency))
         log.info("submitit finalize job %s (%s)", job.job_id, dependency or "no dependency")
         return str(job.job_id)
 
