@@ -87,3 +87,27 @@ def write_legacy_tars(directory: Path, docs: list[list[int]], per_tar: int, *, e
                     tf.addfile(info, io.BytesIO(payload))
         paths.append(path)
     return paths
+
+
+def build_wide_tokenizer(path: Path) -> Path:
+    """A word-level tokenizer whose words have ids above 65535 (its shards are uint32); EOS ``<|endoftext|>`` = 0."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from shardprep.demo_data import sample_documents
+
+    vocab = {"<|endoftext|>": 0, "[UNK]": 1}
+    vocab.update({f"filler{i}": i for i in range(2, 66000)})
+    for word in sorted({w for d in sample_documents(3000) for w in d.split()}):
+        vocab.setdefault(word, len(vocab))
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.add_special_tokens(["<|endoftext|>"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tok.save(str(path))
+    return path
+
+
+def mixture_sources(root: Path, tokenizer: Path) -> dict[str, Path]:
+    """Three outputs of very different sizes: ``big`` ~105x the tokens of ``tiny`` (``mid`` in between)."""
+    return {name: make_dataset(root / name, tokenizer, docs, seed=seed)
+            for name, docs, seed in (("big", [300, 300, 250], 1), ("mid", [60, 40], 2), ("tiny", [8], 3))}

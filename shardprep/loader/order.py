@@ -28,6 +28,7 @@ KIND_SHARDS = 1
 KIND_CHUNKS = 2
 KIND_DOCS = 3
 KIND_BLOCK = 4
+KIND_MIX = 5          # the mixture schedule's tie order (loader/schedule.py)
 
 
 def permutation(n: int, *, seed: int, epoch: int, kind: int, index: tuple[int, ...] = (),
