@@ -86,6 +86,7 @@ def test_schedule_is_a_pure_function_of_seed_weights_and_position(weights, seed,
     sb, db = b.locate(pos)
     assert np.array_equal(sa, sb) and np.array_equal(da, db)
     for p, s, d in zip(positions, sa.tolist(), da.tolist()):
+        assert a.locate_one(p) == (s, d)                    # the scalar path (a batch's rows) agrees
         assert a.draws(p)[s] == d                           # the draw is the source's count before p
         assert a.draws(p + 1)[s] == d + 1
 
@@ -117,7 +118,6 @@ def test_segment_reads_pending_then_fresh(pending_raw, fresh_extra, draws):
     fresh = (cells[-1] + 1 if cells else 0) + fresh_extra
     seg = Segment(0, (pending,), (fresh,))
     flat = cells + list(range(fresh, fresh + 100))
-    got = seg.seqs(0, np.array(draws, dtype=np.int64)).tolist()
-    assert got == [flat[d] for d in draws]
+    assert [seg.seq(0, d) for d in draws] == [flat[d] for d in draws]
     lo, hi = min(draws), max(draws) + 1
     assert sorted(int(x) for x in D.positions(seg.seq_ranges(0, lo, hi))) == sorted(flat[lo:hi])

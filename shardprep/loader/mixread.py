@@ -13,7 +13,6 @@ source's epoch boundary); memory is bounded by ``2 * cache_bytes`` per source.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import cast
 
 import numpy as np
 
@@ -32,14 +31,15 @@ class MixturePass:
                  tables: list[dict[int, ChunkTable]]):
         self.mix, self.fmt, self.opts, self.tables = mix, fmt, opts, tables
         self._base = epoch * mix.length - mix.segment.origin
-        self._units = mix.units
+        self._units = mix.units.tolist()
+        self._schedule, self._segment = mix.schedule, mix.segment
         self._readers: list[OrderedDict[int, EpochReader]] = [OrderedDict() for _ in mix.indexes]
 
     def _reader(self, source: int, epoch: int) -> EpochReader:
         cache = self._readers[source]
         er = cache.get(epoch)
         if er is None:
-            er = cache[epoch] = EpochReader(self.mix.indexes[source], int(self._units[source]), epoch,
+            er = cache[epoch] = EpochReader(self.mix.indexes[source], self._units[source], epoch,
                                             self.opts[source], self.tables[source])
             if len(cache) > KEEP_EPOCHS:
                 cache.popitem(last=False)[1].close()
@@ -47,34 +47,30 @@ class MixturePass:
             cache.move_to_end(epoch)
         return er
 
+    def locate_one(self, position: int) -> tuple[int, int]:
+        """``(source, seq)`` of one position of this pass."""
+        src, draw = self._schedule.locate_one(position + self._base)
+        return src, self._segment.seq(src, draw)
+
     def locate(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(source, seq)`` of each position of this pass."""
-        src, draw = self.mix.schedule.locate(np.asarray(positions, dtype=np.int64) + self._base)
-        seg = self.mix.segment
-        if not any(seg.pending) and not any(seg.fresh):
-            return src, draw
-        seqs = np.empty_like(draw)
-        for i in np.unique(src).tolist():
-            sel = src == i
-            seqs[sel] = seg.seqs(i, draw[sel])
-        return src, seqs
+        """:meth:`locate_one` of many positions, as arrays."""
+        found = [self.locate_one(p) for p in np.asarray(positions).tolist()]
+        return np.array([s for s, _ in found], dtype=np.int64), np.array([q for _, q in found], dtype=np.int64)
 
     def batch(self, positions: np.ndarray) -> dict:
-        src, seqs = self.locate(positions)
-        per = self._units[src]
-        epochs, inner = seqs // per, seqs % per
-        rows: list[Row | None] = [None] * len(src)
-        keys = src * (1 << 40) + epochs          # group rows by (source, source epoch): one units() call each
-        for key in np.unique(keys).tolist():
-            at = np.flatnonzero(keys == key)
-            er = self._reader(key >> 40, key & ((1 << 40) - 1))
-            for j, u in zip(at.tolist(), er.units(inner[at]).tolist()):
-                rows[j] = (er, u)
-        out = assemble(self.fmt, cast(list[Row], rows), positions)     # every row was filled above
+        rows: list[Row] = []
+        sources = []
+        for p in positions.tolist():         # a handful of rows: plain Python beats numpy's per-call cost
+            src, seq = self.locate_one(p)
+            epoch, inner = divmod(seq, self._units[src])
+            er = self._reader(src, epoch)
+            rows.append((er, er.block.unit(inner)))
+            sources.append(src)
+        out = assemble(self.fmt, rows, positions)
         if self.fmt.extras.doc_info:
-            out["source_ids"] = src
+            out["source_ids"] = np.array(sources, dtype=np.int64)
         if self.fmt.mode == "doc":
-            out["source"] = self.mix.names[int(src[0])]
+            out["source"] = self.mix.names[sources[0]]
         return out
 
     def close(self) -> None:

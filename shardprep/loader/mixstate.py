@@ -25,10 +25,11 @@ Pure bookkeeping on ranges (``distribute``), no files.
 from __future__ import annotations
 
 import logging
+from bisect import bisect_right
 from dataclasses import dataclass
+from functools import cached_property
+from itertools import accumulate
 from typing import TYPE_CHECKING
-
-import numpy as np
 
 from shardprep.errors import ConfigError
 from shardprep.loader import distribute as D
@@ -52,22 +53,19 @@ class Segment:
     def start(cls, sources: int) -> "Segment":
         return cls(0, ((),) * sources, (0,) * sources)
 
-    def seqs(self, source: int, draws: np.ndarray) -> np.ndarray:
-        """The seqs of ``source``'s draws (vectorized)."""
-        pending = self.pending[source]
-        if not pending:
-            return draws + self.fresh[source]
-        lens = np.array([e - s for s, e in pending], dtype=np.int64)
-        ends = np.cumsum(lens)
-        n = int(ends[-1])
-        out = draws - n + self.fresh[source]
-        inside = draws < n
-        if inside.any():
-            d = draws[inside]
-            r = np.searchsorted(ends, d, side="right")
-            starts = np.array([s for s, _ in pending], dtype=np.int64)
-            out[inside] = starts[r] + d - (ends[r] - lens[r])
-        return out
+    @cached_property
+    def _pending_ends(self) -> list[list[int]]:
+        """Per source: the draw number just past each pending range."""
+        return [list(accumulate(e - s for s, e in p)) for p in self.pending]
+
+    def seq(self, source: int, draw: int) -> int:
+        """The seq of ``source``'s draw ``draw``."""
+        ends = self._pending_ends[source]
+        if not ends or draw >= ends[-1]:
+            return self.fresh[source] + draw - (ends[-1] if ends else 0)
+        r = bisect_right(ends, draw)
+        start, end = self.pending[source][r]
+        return end - (ends[r] - draw)
 
     def seq_ranges(self, source: int, lo: int, hi: int) -> D.Ranges:
         """The seqs of draws ``[lo, hi)`` of ``source``, as ranges."""

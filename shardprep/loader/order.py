@@ -174,6 +174,13 @@ class BlockShuffle:
             self._cache.move_to_end(b)
         return perm
 
+    def unit(self, position: int) -> int:
+        """Scalar :meth:`units` for ``0 <= position < n`` (unchecked; a mixture maps its rows one by one)."""
+        if not self.active:
+            return position
+        base = position - position % self.block
+        return base + int(self._perm(base // self.block)[position - base])
+
     def units(self, positions: np.ndarray) -> np.ndarray:
         """The stream unit shown at each shuffled position (vectorized)."""
         pos = np.asarray(positions, dtype=np.int64)

@@ -146,6 +146,7 @@ class Schedule:
             self._occurrences.append(where)
         self.rank = rank
         self._q = np.array(self.quotas, dtype=np.int64)
+        self._pattern_list, self._rank_list = self.pattern.tolist(), rank.tolist()
 
     @property
     def sources(self) -> int:
@@ -165,6 +166,12 @@ class Schedule:
         r = g % self.period
         src = self.pattern[r]
         return src, (g // self.period) * self._q[src] + self.rank[r]
+
+    def locate_one(self, position: int) -> tuple[int, int]:
+        """Scalar :meth:`locate` for ``position >= 0`` (unchecked: a batch's rows, without numpy's overhead)."""
+        whole, r = divmod(position, self.period)
+        src = self._pattern_list[r]
+        return src, whole * self.quotas[src] + self._rank_list[r]
 
     def draws(self, position: int) -> np.ndarray:
         """How many times each source is read in positions ``[0, position)`` (int64, one per source)."""
