@@ -28,6 +28,7 @@ COMMANDS: tuple[str, ...] = (
     "verify",
     "inspect",
     "report",
+    "mix",
     "demo",
     "export_hf",
     "doctor",

@@ -35,7 +35,7 @@ from shardprep.loader.batches import Extras, to_tensors
 from shardprep.loader.epoch import EpochReader, ReadOptions
 from shardprep.loader.index import DatasetIndex, load_index
 from shardprep.loader.mixread import MixturePass
-from shardprep.loader.mixture import Mixture, MixSpec, mixture_spec, open_sources
+from shardprep.loader.mixture import MixSpec, mixture_spec, open_mixture
 from shardprep.storage.locations import StorageOptions, is_url
 from shardprep.loader.world import World, resolve_world, worker_slot
 from shardprep.shard.format import DTYPES, INDEX_FILE, JOB_FILE
@@ -104,8 +104,7 @@ class ShardDataset(IterableDataset):
         spec = mixture_spec(path, total_tokens=total_tokens, allow_tokenizer_mismatch=allow_tokenizer_mismatch,
                             storage=storage)
         self.mixture = None if spec is None else \
-            Mixture(spec, open_sources(spec, verify=verify, storage=storage), mode=mode, seq_len=self.seq_len,
-                    seed=self.seed)
+            open_mixture(spec, mode=mode, seq_len=self.seq_len, seed=self.seed, verify=verify, storage=storage)
         # every dataset read: one, or a mixture's sources (the first one's tokenizer describes the ids)
         self.sources = [open_dataset(path, verify=verify, storage=storage)] if self.mixture is None \
             else self.mixture.indexes

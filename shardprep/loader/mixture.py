@@ -29,7 +29,7 @@ import orjson
 
 from shardprep.errors import ConfigError, InputDataError, ShardprepError
 from shardprep.loader.index import DatasetIndex, load_index
-from shardprep.loader.schedule import Schedule, quotas
+from shardprep.loader.schedule import Schedule, prefix_bound, quotas, window_bound
 from shardprep.storage.locations import StorageOptions, is_url, join, read_bytes
 
 SPEC_SUFFIXES = (".json", ".yaml", ".yml")
@@ -227,6 +227,12 @@ def check_compatible(spec: MixSpec, indexes: list[DatasetIndex]) -> None:
                 hint="retokenize it with the same tokenizer, or set allow_tokenizer_mismatch if you know the ids agree")
 
 
+def open_mixture(spec: MixSpec, *, mode: str, seq_len: int | None, seed: int, verify: bool = False,
+                 storage: StorageOptions | None = None) -> Mixture:
+    """Open and check every source, then size the run (``ShardDataset`` and ``shardprep mix`` both start here)."""
+    return Mixture(spec, open_sources(spec, verify=verify, storage=storage), mode=mode, seq_len=seq_len, seed=seed)
+
+
 # -- the run -----------------------------------------------------------------------------------------------
 class Mixture:
     """An opened mixture for one mode and ``seq_len``: per-source sizes, the schedule and the run length.
@@ -277,14 +283,32 @@ class Mixture:
         return hashlib.sha256(orjson.dumps(parts)).hexdigest()
 
     def table(self, epochs: int = 1) -> list[dict]:
-        """Per source, what ``epochs`` passes take: units and tokens available, share, taken, epochs."""
+        """Per source, what ``epochs`` passes take: tokens available, token share, tokens taken, epochs over it.
+
+        ``share`` is the share of tokens (pack: exact; pad/doc: expected, from mean document lengths),
+        ``unit_share`` the share of rows or documents the schedule gives the source.
+        """
         taken = self.schedule.draws(self.length * epochs)
         rows = []
         for i, s in enumerate(self.spec.sources):
-            unit_tokens = self.seq_len if self.mode == "pack" and self.seq_len else float(self.mean_tokens[i])
+            per_unit = float(self.seq_len) if self.mode == "pack" and self.seq_len else float(self.mean_tokens[i])
+            unit_share = self.schedule.weights[i]
             rows.append({"name": s.name, "path": s.location, "weight": s.weight,
-                         "share": float(self.schedule.weights[i]), "tokens": int(self.tokens[i]),
-                         "documents": int(self.docs[i]), "units": int(self.units[i]),
-                         "taken_units": int(taken[i]), "taken_tokens": int(round(int(taken[i]) * unit_tokens)),
+                         "share": float(unit_share) * per_unit / self.unit_tokens, "unit_share": float(unit_share),
+                         "tokens": int(self.tokens[i]), "documents": int(self.docs[i]), "units": int(self.units[i]),
+                         "taken_units": int(taken[i]), "taken_tokens": int(round(int(taken[i]) * per_unit)),
                          "epochs": int(taken[i]) / int(self.units[i]), "dtype": self.indexes[i].dtype})
         return rows
+
+    def summary(self, first: int = 32) -> dict:
+        """Everything ``shardprep mix`` and the report page show: the run, the bounds, the table and the
+        sources of the first ``first`` positions."""
+        k = len(self.indexes)
+        src, _ = self.schedule.locate(np.arange(min(first, self.length), dtype=np.int64))
+        return {"spec": self.spec.origin, "mode": self.mode, "seq_len": self.seq_len, "seed": self.schedule.seed,
+                "unit": self.unit_name, "units": self.length, "unit_tokens": self.unit_tokens,
+                "tokens": int(self.length * self.unit_tokens),
+                "length_from": "total_tokens" if self.spec.total_tokens is not None else "sources",
+                "period": self.schedule.period, "quotas": list(self.schedule.quotas),
+                "bounds": {"prefix": float(prefix_bound(k)), "window": float(window_bound(k))},
+                "sources": self.table(), "schedule": [self.names[i] for i in src.tolist()]}
