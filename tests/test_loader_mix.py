@@ -86,6 +86,11 @@ def test_rows_are_each_sources_own_rows_and_shares_hold_in_every_window(sources)
             refs[(i, epoch)] = single_rows(paths[i], epoch, seed=3)
         assert got == refs[(i, epoch)][k]
         draws[i] += 1
+    nxt = ds.open_pass(1)                      # the next pass continues every source's sequence
+    first: dict[int, int] = {}
+    for s, q in zip(*(a.tolist() for a in nxt.locate(np.arange(40)))):
+        first.setdefault(s, q)
+    assert first == {i: int(n) for i, n in enumerate(ds.mixture.schedule.draws(ds.num_units))}
     table = {r["name"]: r for r in ds.mixture.table()}
     assert table["tiny/out"]["epochs"] > 10 and table["big/out"]["epochs"] < 1   # small repeats, large subsampled
     assert [table[n]["taken_units"] for n in ("big/out", "mid/out", "tiny/out")] == \
@@ -192,7 +197,7 @@ def test_resume_with_changed_weights_and_an_added_source_keeps_what_was_read(sou
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="shardprep.loader.mixstate"):
         fewer.load_state_dict(state)
-    assert "no longer read: tiny/out" in caplog.text
+    assert "no longer read (position kept): tiny/out" in caplog.text
 
 
 def test_different_dtypes_mix_and_ids_are_widened(sources, wide):
@@ -257,6 +262,8 @@ def test_sources_that_are_not_finalized_outputs_are_refused_by_name(sources, tmp
     assert "finalized output" in str(e.value) and "\n" not in str(e.value)
     with pytest.raises(ConfigError, match="spec file does not exist"):
         ShardDataset(tmp_path / "nope.yaml", mode="pack", seq_len=SEQ)
+    with pytest.raises(ConfigError, match="total_tokens=100 needs finalized outputs"):
+        ShardDataset([str(tmp_path / "a.tar"), str(tmp_path / "b.tar")], mode="pack", seq_len=SEQ, total_tokens=100)
 
 
 def test_states_of_a_single_dataset_and_a_mixture_do_not_mix(sources):

@@ -121,3 +121,73 @@ def test_segment_reads_pending_then_fresh(pending_raw, fresh_extra, draws):
     assert [seg.seq(0, d) for d in draws] == [flat[d] for d in draws]
     lo, hi = min(draws), max(draws) + 1
     assert sorted(int(x) for x in D.positions(seg.seq_ranges(0, lo, hi))) == sorted(flat[lo:hi])
+
+
+# -- a changed mixture on resume (mixstate.resume), with any history ----------------------------------------
+
+
+class FakeIndex:
+    def __init__(self, fingerprint: str):
+        self.fingerprint = fingerprint
+
+
+class FakeMixture:
+    """What mixstate reads of a Mixture: sources (by fingerprint), quotas, pass length, the segment."""
+
+    unit_name = "rows"
+
+    def __init__(self, fingerprints: list[str], quotas: list[int], length: int):
+        self.indexes = [FakeIndex(f) for f in fingerprints]
+        self.names = list(fingerprints)
+        self.schedule = Schedule(quotas, seed=0)
+        self.length = length
+        self.segment = Segment.start(len(fingerprints))
+        self.fingerprint = repr((fingerprints, self.schedule.quotas, length))
+
+    def read(self, epoch: int, positions) -> list[tuple[str, int]]:
+        """(source fingerprint, seq) at the positions of a pass, as MixturePass.locate_one computes them."""
+        out = []
+        for p in positions:
+            src, draw = self.schedule.locate_one(epoch * self.length + p - self.segment.origin)
+            out.append((self.names[src], self.segment.seq(src, draw)))
+        return out
+
+
+mixture_st = st.tuples(st.lists(st.sampled_from("abcde"), min_size=1, max_size=4, unique=True),
+                       st.lists(st.integers(1, 5), min_size=4, max_size=4), st.integers(4, 60))
+
+
+@FAST
+@given(mixture_st, st.lists(st.tuples(mixture_st, st.integers(0, 1), st.sets(st.integers(0, 59))), min_size=1,
+                            max_size=3))
+def test_a_changed_mixture_reads_nothing_twice_and_skips_nothing(first, changes):
+    from shardprep.loader.mixstate import mixture_state, resume
+
+    names, qs, length = first
+    mix = FakeMixture(names, qs[:len(names)], length)
+    epoch, remaining = 0, D.normalize([(0, length)])
+    read: list[tuple[str, int]] = []
+    for (names, qs, length), passes, consumed_raw in changes:
+        # consume some positions of the current pass, possibly after finishing whole passes first
+        for _ in range(passes):
+            read += mix.read(epoch, D.positions(remaining).tolist())
+            epoch, remaining = epoch + 1, D.normalize([(0, mix.length)])
+        consumed = D.normalize([(p, p + 1) for p in consumed_raw if p < mix.length])
+        consumed = D.normalize([r for r in consumed if D.subtract(((r[0], r[1]),), remaining) == ()])
+        read += mix.read(epoch, D.positions(consumed).tolist())
+        remaining = D.subtract(remaining, consumed)
+        state = {"dataset": mix.fingerprint, "units": mix.length, "mixture": mixture_state(mix)}
+        new = FakeMixture(names, qs[:len(names)], length)
+        epoch, remaining = resume(new, state, epoch, remaining)
+        mix = new
+    need = {n: D.count(p) + 1 for n, p in zip(mix.names, mix.segment.pending)}
+    after: list[tuple[str, int]] = []
+    while any(sum(1 for n, _ in after if n == name) < k for name, k in need.items()):
+        after += mix.read(epoch, D.positions(remaining).tolist())     # read on until every pending seq came up
+        epoch, remaining = epoch + 1, D.normalize([(0, mix.length)])
+    read += after
+    for name in set(n for n, _ in read):
+        seqs = sorted(q for n, q in read if n == name)
+        assert len(seqs) == len(set(seqs)), f"{name}: a seq read twice"
+        if name in mix.names:                  # a source still read: no gap below what it has read
+            assert seqs == list(range(len(seqs))), name

@@ -16,8 +16,9 @@ mixture fingerprint) is deliberate, never a reshuffle of what was read:
 * the seqs the old schedule had placed at positions not yet consumed become that source's ``pending``
   seqs and are read first, then the source continues where the old schedule would have stopped;
 * the new schedule starts at the resume point: the pass continues from the number of units already
-  consumed to the new pass length, with the new weights from its first position (a new source starts
-  at its seq 0, a removed source's place is logged and dropped).
+  consumed to the new pass length, with the new weights from its first position.  A new source starts
+  at its seq 0; a removed source is *parked*: its place is kept in the state (by fingerprint), so if it
+  comes back in a later change it continues where it stopped instead of starting over.
 
 Pure bookkeeping on ranges (``distribute``), no files.
 """
@@ -48,6 +49,7 @@ class Segment:
     origin: int                      # global position (epoch * length + position) of every source's draw 0
     pending: tuple[D.Ranges, ...]    # per source: seqs read first, in order
     fresh: tuple[int, ...]           # per source: the first seq after them
+    parked: tuple[tuple[str, D.Ranges, int], ...] = ()    # (fingerprint, pending, fresh) of removed sources
 
     @classmethod
     def start(cls, sources: int) -> "Segment":
@@ -78,12 +80,15 @@ class Segment:
 
     def to_dict(self) -> dict:
         return {"origin": self.origin, "pending": [[list(r) for r in p] for p in self.pending],
-                "fresh": list(self.fresh)}
+                "fresh": list(self.fresh),
+                "parked": [{"fingerprint": fp, "pending": [list(r) for r in p], "fresh": f} for fp, p, f in self.parked]}
 
     @classmethod
     def from_dict(cls, d: dict, sources: int) -> "Segment":
         try:
-            seg = cls(int(d["origin"]), tuple(D.normalize(p) for p in d["pending"]), tuple(int(f) for f in d["fresh"]))
+            parked = tuple((str(x["fingerprint"]), D.normalize(x["pending"]), int(x["fresh"])) for x in d["parked"])
+            seg = cls(int(d["origin"]), tuple(D.normalize(p) for p in d["pending"]), tuple(int(f) for f in d["fresh"]),
+                      parked)
         except (KeyError, TypeError, ValueError) as e:
             raise ConfigError(f"loader state: malformed mixture segment ({e})") from None
         if len(seg.pending) != sources or len(seg.fresh) != sources or seg.origin < 0:
@@ -135,30 +140,32 @@ def _left_over(old: _Old, source: int, epoch: int, remaining: D.Ranges) -> tuple
     end = int(draws_before(base + old.length)[source])       # the old schedule's draws up to the pass end
     n = D.count(old.segment.pending[source])
     parts.extend(D.slice_ranges(old.segment.pending[source], end, n))
-    return D.normalize(parts), old.segment.fresh[source] + max(0, end - n)
+    pending, fresh = D.normalize(parts), old.segment.fresh[source] + max(0, end - n)
+    if pending and pending[-1][1] == fresh:  # unread up to the fresh seqs: one open range, not two
+        pending, fresh = pending[:-1], pending[-1][0]
+    return pending, fresh
 
 
 def _rebase(mix: Mixture, old: _Old, epoch: int, remaining: D.Ranges) -> tuple[int, D.Ranges]:
     """A changed mixture: keep what each source has read, start the new schedule at the resume point."""
     if remaining and remaining[-1][1] > old.length:
         raise ConfigError(f"loader state: remaining ranges exceed the saved mixture's {old.length} units")
-    by_fingerprint = {fp: i for i, (_, fp, _) in enumerate(old.sources)}
-    pending, fresh = [], []
-    for index in mix.indexes:
-        i = by_fingerprint.pop(index.fingerprint, None)
-        p, f = ((), 0) if i is None else _left_over(old, i, epoch, remaining)
-        pending.append(p)
-        fresh.append(f)
+    places = {fp: (p, f) for fp, p, f in old.segment.parked}        # every source the run has read, by data
+    places.update({fp: _left_over(old, i, epoch, remaining) for i, (_, fp, _) in enumerate(old.sources)})
+    current = [index.fingerprint for index in mix.indexes]
+    pending, fresh = zip(*(places.get(fp, ((), 0)) for fp in current))
+    parked = tuple((fp, p, f) for fp, (p, f) in sorted(places.items()) if fp not in current)
     consumed = old.length - D.count(remaining)
     if consumed >= mix.length:               # the new pass is shorter than what was read: next pass
         epoch, consumed = epoch + 1, 0
-    mix.segment = Segment(epoch * mix.length + consumed, tuple(pending), tuple(fresh))
-    dropped = [old.sources[i][0] for i in by_fingerprint.values()]
-    added = [n for n, idx in zip(mix.names, mix.indexes) if idx.fingerprint not in {fp for _, fp, _ in old.sources}]
+    mix.segment = Segment(epoch * mix.length + consumed, tuple(pending), tuple(fresh), parked)
+    dropped = [n for n, fp, _ in old.sources if fp not in current]
+    added = [n for n, fp in zip(mix.names, current) if fp not in {fp for _, fp, _ in old.sources}]
     log.warning("loader state: the mixture changed (was %s; now %s%s%s): %d %s of this pass were read with the old "
                 "schedule; the new one starts here and every source continues with what it has not read yet",
                 ", ".join(f"{n}:{q}" for n, _, q in old.sources),
                 ", ".join(f"{n}:{q}" for n, q in zip(mix.names, mix.schedule.quotas)),
                 f"; added {', '.join(added)}" if added else "",
-                f"; no longer read: {', '.join(dropped)}" if dropped else "", consumed, mix.unit_name)
+                f"; no longer read (position kept): {', '.join(dropped)}" if dropped else "", consumed,
+                mix.unit_name)
     return epoch, D.normalize([(consumed, mix.length)])

@@ -80,6 +80,9 @@ def mixture_spec(path: Any, *, total_tokens: int | None = None, allow_tokenizer_
         spec = load_spec(str(path), storage=storage)
     elif total_tokens is not None and isinstance(path, (str, Path)):
         spec = parse_spec({"sources": [(str(path), 1.0)]}, "path")
+    elif total_tokens is not None:
+        raise ConfigError(f"total_tokens={total_tokens} needs finalized outputs (a directory or URL with index.json, "
+                          f"or a mixture of them), not {type(path).__name__} {path!r}")
     else:
         return None
     if total_tokens is not None:
