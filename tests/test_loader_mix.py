@@ -273,3 +273,13 @@ def test_states_of_a_single_dataset_and_a_mixture_do_not_mix(sources):
         mixed.load_state_dict(single.state_dict())
     with pytest.raises(ConfigError, match="saved by a mixture"):
         single.load_state_dict(mixed.state_dict())
+
+
+def test_python_sources_take_any_real_weight_and_bad_entries_are_named(sources):
+    ds = ShardDataset([(str(sources["big"]), np.float32(3)), (sources["mid"], np.int64(1))], mode="pack", seq_len=SEQ)
+    assert ds.mixture.schedule.quotas == (3, 1)
+    with pytest.raises(ConfigError, match=r"source 1: .* is neither \(path, weight\)"):
+        ShardDataset([(str(sources["big"]), 0.5), (str(sources["mid"]), "0.5", "x")], mode="pack", seq_len=SEQ)
+    with pytest.raises(ConfigError, match=r"source 'out' .*weight='0.5' is invalid"):
+        ShardDataset([(str(sources["big"]), 0.5), {"path": str(sources["mid"]), "weight": "0.5"}], mode="pack",
+                     seq_len=SEQ)

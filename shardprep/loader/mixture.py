@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import hashlib
 import math
+import numbers
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, SupportsFloat, cast
 
 import numpy as np
 import orjson
@@ -59,9 +60,13 @@ def is_spec_file(path: object) -> bool:
     return isinstance(path, (str, Path)) and PurePosixPath(str(path)).suffix.lower() in SPEC_SUFFIXES
 
 
+def _is_weight(value: object) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
 def _is_pair(item: object) -> bool:
-    return (isinstance(item, (list, tuple)) and len(item) == 2 and isinstance(item[0], (str, Path))
-            and isinstance(item[1], (int, float)) and not isinstance(item[1], bool))
+    return isinstance(item, (list, tuple)) and len(item) == 2 and isinstance(item[0], (str, Path)) and \
+        _is_weight(item[1])
 
 
 def mixture_spec(path: Any, *, total_tokens: int | None = None, allow_tokenizer_mismatch: bool | None = None,
@@ -73,8 +78,8 @@ def mixture_spec(path: Any, *, total_tokens: int | None = None, allow_tokenizer_
     """
     if isinstance(path, MixSpec):
         spec = path
-    elif isinstance(path, dict) or (isinstance(path, (list, tuple)) and path
-                                    and all(_is_pair(x) or isinstance(x, dict) for x in path)):
+    elif isinstance(path, dict) or (isinstance(path, (list, tuple))            # any pair: a mixture, checked
+                                    and any(_is_pair(x) or isinstance(x, dict) for x in path)):
         spec = parse_spec(path if isinstance(path, dict) and "sources" in path else {"sources": path}, "sources")
     elif is_spec_file(path):
         spec = load_spec(str(path), storage=storage)
@@ -156,10 +161,11 @@ def _source(item: object, n: int, origin: str, base: str | None) -> MixSource:
     if not isinstance(name, str):
         raise ConfigError(f"{origin}: source {n}: name={name!r} must be a string")
     weight = item.get("weight")
-    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight) or weight <= 0:
+    value = float(cast(SupportsFloat, weight)) if _is_weight(weight) else math.nan
+    if not math.isfinite(value) or value <= 0:
         label = name or _parts(location)[-1]
         raise ConfigError(f"{origin}: source {label!r} ({location}): weight={weight!r} is invalid: must be a number > 0")
-    return MixSource(name, location, float(weight))
+    return MixSource(name, location, value)
 
 
 def _parts(location: str) -> list[str]:
