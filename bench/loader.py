@@ -100,7 +100,8 @@ def child(args: argparse.Namespace) -> None:
     if args.child == "naive":
         loader = naive_loader(Path(args.data), args.seq_len, args.batch_size, args.workers, pad_id=args.pad_id)
     else:
-        ds = ShardDataset(args.data, mode="pack", seq_len=args.seq_len, seed=1, rank=0, world_size=1)
+        ds = ShardDataset(args.data, mode="pack", seq_len=args.seq_len, seed=1, rank=0, world_size=1,
+                          shuffle_block=args.shuffle_block)
         loader = make_dataloader(ds, batch_size=args.batch_size, num_workers=args.workers)
     real = elements = batches = 0
     startup = 0.0           # per epoch: time until its first batch (worker start, first reads)
@@ -137,6 +138,7 @@ def cpu_seconds() -> float:
 def measure(kind: str, data: Path, workers: int, args: argparse.Namespace, pad_id: int) -> dict:
     cmd = [sys.executable, __file__, "--child", kind, "--data", str(data), "--workers", str(workers),
            "--seq-len", str(args.seq_len), "--batch-size", str(args.batch_size), "--epochs", str(args.epochs),
+           *(["--shuffle-block", str(args.shuffle_block)] if getattr(args, "shuffle_block", None) else []),
            "--pad-id", str(pad_id)]
     runs = [run_child(cmd).result for _ in range(args.repeat)]
     return max(runs, key=lambda r: r["real_tokens"] / r["seconds"])
@@ -154,6 +156,7 @@ def main() -> None:
     p.add_argument("--data", help=argparse.SUPPRESS)
     p.add_argument("--workers", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--pad-id", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--shuffle-block", type=int, default=None, help=argparse.SUPPRESS)   # bench/loader_mix.py
     args = p.parse_args()
     if args.child:
         return child(args)

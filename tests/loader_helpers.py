@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -87,3 +89,62 @@ def write_legacy_tars(directory: Path, docs: list[list[int]], per_tar: int, *, e
                     tf.addfile(info, io.BytesIO(payload))
         paths.append(path)
     return paths
+
+
+def build_wide_tokenizer(path: Path) -> Path:
+    """A word-level tokenizer whose words have ids above 65535 (its shards are uint32); EOS ``<|endoftext|>`` = 0."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from shardprep.demo_data import sample_documents
+
+    vocab = {"<|endoftext|>": 0, "[UNK]": 1}
+    vocab.update({f"filler{i}": i for i in range(2, 66000)})
+    for word in sorted({w for d in sample_documents(3000) for w in d.split()}):
+        vocab.setdefault(word, len(vocab))
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.add_special_tokens(["<|endoftext|>"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tok.save(str(path))
+    return path
+
+
+def mixture_sources(root: Path, tokenizer: Path) -> dict[str, Path]:
+    """Three outputs of very different sizes: ``big`` ~105x the tokens of ``tiny`` (``mid`` in between)."""
+    return {name: make_dataset(root / name, tokenizer, docs, seed=seed)
+            for name, docs, seed in (("big", [300, 300, 250], 1), ("mid", [60, 40], 2), ("tiny", [8], 3))}
+
+
+def run_torchrun(script: Path, nproc: int, *args: object, timeout: float = 150, check: bool = True):
+    """``torchrun --standalone --nproc_per_node=nproc script args``; a timeout fails the test (a rank hung?).
+
+    Returns the completed process; with ``check`` its exit status must be 0.
+    """
+    import pytest
+
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", str(script),
+           *map(str, args)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"torchrun did not finish in {timeout}s (a rank hung?): {' '.join(cmd)}\n{e.stderr}")
+    if check:
+        assert proc.returncode == 0, f"{' '.join(cmd)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr[-4000:]}"
+    return proc
+
+
+def torchrun_summary(proc) -> dict:
+    """The JSON summary rank 0 of examples/train_ddp.py prints last."""
+    return json.loads([line for line in proc.stdout.splitlines() if line.startswith("{")][-1])
+
+
+def records(record: Path, world: int) -> list[list[dict]]:
+    """Every rank's batch records (examples/train_ddp.py ``--record``), in the order the rank trained on them."""
+    return [[json.loads(line) for line in (record / f"rank{r}.jsonl").read_text().splitlines()] for r in range(world)]
+
+
+def equal_steps(summary: dict) -> dict:
+    """Every rank reports the same steps for every epoch; returns that {epoch: steps}."""
+    per_rank = [r["steps"] for r in summary["ranks"]]
+    assert all(s == per_rank[0] for s in per_rank), per_rank
+    return per_rank[0]

@@ -7,14 +7,11 @@ example give every rank's units/documents and a digest of every batch, for cover
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import orjson
 import pytest
-from loader_helpers import make_dataset
+from loader_helpers import equal_steps, make_dataset, records, run_torchrun, torchrun_summary
 
 pytestmark = [pytest.mark.ddp, pytest.mark.slow]
 
@@ -33,30 +30,12 @@ def single(tmp_path_factory, sample_tokenizer) -> Path:
 
 
 def torchrun(nproc: int, data: Path, record: Path, *args: str, timeout: float = 150) -> dict:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", str(EXAMPLE),
-           "--data", str(data), "--seq-len", str(SEQ), "--batch-size", str(BATCH), "--record", str(record), *args]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired as e:
-        pytest.fail(f"torchrun did not finish in {timeout}s (a rank hung?): {' '.join(cmd)}\n{e.stderr}")
-    assert proc.returncode == 0, f"{' '.join(cmd)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr[-4000:]}"
-    summary = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    return json.loads(summary[-1])
-
-
-def records(record: Path, world: int) -> list[list[dict]]:
-    return [[json.loads(line) for line in (record / f"rank{r}.jsonl").read_text().splitlines()] for r in range(world)]
+    return torchrun_summary(run_torchrun(EXAMPLE, nproc, "--data", data, "--seq-len", SEQ, "--batch-size", BATCH,
+                                         "--record", record, *args, timeout=timeout))
 
 
 def totals(data: Path) -> dict:
     return orjson.loads((data / "index.json").read_bytes())["totals"]
-
-
-def equal_steps(summary: dict) -> dict:
-    """Every rank reports the same steps for every epoch; returns that {epoch: steps}."""
-    per_rank = [r["steps"] for r in summary["ranks"]]
-    assert all(s == per_rank[0] for s in per_rank), per_rank
-    return per_rank[0]
 
 
 def test_uneven_two_ranks_two_epochs_then_resume_bit_identical_and_on_three_ranks(uneven, tmp_path):

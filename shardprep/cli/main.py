@@ -30,6 +30,7 @@ COMMANDS: tuple[str, ...] = (
     "repair",
     "inspect",
     "report",
+    "mix",
     "demo",
     "export_hf",
     "doctor",

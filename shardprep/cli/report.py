@@ -14,7 +14,8 @@ DESCRIPTION = (
     "Document lengths, tokens per shard, task throughput and timeline, skipped documents, backends, the "
     "tokenizer and a few decoded documents, from OUTPUT's index.json, sidecars, shards and task logs. "
     "Works mid-job (progress and ETA so far). The page needs matplotlib (pip install 'shardprep[report]'); "
-    "--json does not. See docs/report.md."
+    "--json does not. Given a loader mixture spec (.json/.yaml) instead, the page is the mixture's table "
+    "(`shardprep mix`). See docs/report.md."
 )
 
 
@@ -22,8 +23,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from shardprep.report import DEFAULT_MAX_CHUNKS   # no numpy: `shardprep --help` stays cheap
 
     p.add_argument("output", metavar="OUTPUT",
-                   help="the job's output directory, or a finalized output the loader reads (s3://bucket/prefix, "
-                        "gs://..., any URL)")
+                   help="the job's output directory, a finalized output the loader reads (s3://bucket/prefix, "
+                        "gs://..., any URL), or a loader mixture spec (.json, .yaml)")
     p.add_argument("--html", default=None, metavar="PATH",
                    help="where to write the page (PNGs go beside it); default: OUTPUT/report.html, or ./report.html "
                         "for a remote OUTPUT")
@@ -35,11 +36,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from shardprep.errors import ConfigError
+    from shardprep.loader.mixture import is_spec_file
     from shardprep.report.build import report_numbers, write_report
     from shardprep.storage.locations import is_url
 
     if args.max_chunks < 1:
         raise ConfigError(f"--max-chunks={args.max_chunks} is invalid: must be >= 1")
+    if is_spec_file(args.output):
+        return _mixture(args)
     numbers = report_numbers(args.output, max_chunks=args.max_chunks, storage=storage_from_args(args))
     if args.json:
         import orjson
@@ -51,4 +55,23 @@ def run(args: argparse.Namespace) -> int:
     print(f"report: {written.html}")
     for png in written.pngs:
         print(f"  figure: {png}")
+    return 0
+
+
+def _mixture(args: argparse.Namespace) -> int:
+    """A mixture spec's page (or --json): its sources' table and schedule, beside the spec by default."""
+    import orjson
+
+    from shardprep.report.mixture import mixture_numbers, render_mixture_page
+    from shardprep.storage.atomic import atomic_writer
+
+    numbers = mixture_numbers(args.output)
+    if args.json:
+        sys.stdout.write(orjson.dumps(numbers, option=orjson.OPT_INDENT_2).decode() + "\n")
+        return 0
+    spec = Path(args.output)
+    html = Path(args.html) if args.html else spec.with_name(f"{spec.stem}-report.html")
+    with atomic_writer(html) as f:
+        f.write(render_mixture_page(numbers).encode("utf-8"))
+    print(f"report: {html}")
     return 0

@@ -68,12 +68,25 @@ def _segments_to_positions(starts: np.ndarray) -> np.ndarray:
 
 def pack_arrays(stream: EpochStream, reader: ChunkSource, units: np.ndarray, seq_len: int, extras: Extras,
                 doc_base: np.ndarray, dtype: np.dtype) -> dict[str, np.ndarray]:
-    """Wire dict for pack rows ``units`` (a unit is ``seq_len`` consecutive stream tokens)."""
-    b = len(units)
+    """Wire dict for pack rows ``units`` (a unit is ``seq_len`` consecutive stream tokens) of one stream."""
+    out = pack_rows([(stream, reader, doc_base, u) for u in units.tolist()], seq_len, extras, dtype)
+    if extras.doc_info:
+        out["unit_ids"] = np.asarray(units, dtype=np.int64)
+    return out
+
+
+PackRow = tuple[EpochStream, ChunkSource, np.ndarray, int]
+"""Where a row comes from: ``(stream, reader, doc_base, unit)``; ``doc_base`` is each shard's first
+global document number.  Rows of one batch may come from different streams (a mixture's sources)."""
+
+
+def pack_rows(rows: list[PackRow], seq_len: int, extras: Extras, dtype: np.dtype) -> dict[str, np.ndarray]:
+    """Wire dict for pack rows (``unit_ids`` is the caller's: a unit number only means something per stream)."""
+    b = len(rows)
     ids = np.empty((b, seq_len), dtype=dtype)
     starts = np.zeros((b, seq_len), dtype=bool) if extras.position_ids or extras.doc_info else None
     doc_ids = np.empty((b, seq_len), dtype=np.int64) if extras.doc_info else None
-    for i, u in enumerate(units.tolist()):
+    for i, (stream, reader, doc_base, u) in enumerate(rows):
         col = 0
         for p in stream.pieces(u * seq_len, seq_len):
             dc = reader.chunk(p.shard, p.chunk)
@@ -98,7 +111,6 @@ def pack_arrays(stream: EpochStream, reader: ChunkSource, units: np.ndarray, seq
             flat = np.flatnonzero(starts.ravel())
             out["cu_seqlens"] = np.append(flat, b * seq_len).astype(np.int32)
             out["doc_ids"] = doc_ids
-            out["unit_ids"] = np.asarray(units, dtype=np.int64)
     return out
 
 

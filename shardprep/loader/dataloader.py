@@ -19,6 +19,8 @@ from typing import Any, Iterator
 from shardprep.errors import ConfigError
 from shardprep.loader import distribute as D
 from shardprep.loader.dataset import PassSpec, ShardDataset
+from shardprep.loader.mixstate import mixture_state
+from shardprep.loader.mixstate import resume as resume_mixture
 from shardprep.loader.world import World, resolve_world
 
 log = logging.getLogger(__name__)
@@ -170,10 +172,13 @@ class ShardLoader:
             epoch, remaining = self.epoch + 1, self._full
         else:
             epoch, remaining = self.epoch, self._current_remaining()
-        return {"format": STATE_FORMAT, "dataset": ds.fingerprint, "mode": ds.mode, "seq_len": ds.seq_len,
-                "seed": ds.seed, "shuffle": ds.shuffle, "shuffle_block": ds.shuffle_block,
-                "units": ds.num_units, "batch_size": self.batch_size, "epoch": epoch,
-                "remaining": [list(r) for r in remaining]}
+        state: dict[str, Any] = {
+            "format": STATE_FORMAT, "dataset": ds.fingerprint, "mode": ds.mode, "seq_len": ds.seq_len,
+            "seed": ds.seed, "shuffle": ds.shuffle, "shuffle_block": ds.shuffle_block, "units": ds.num_units,
+            "batch_size": self.batch_size, "epoch": epoch, "remaining": [list(r) for r in remaining]}
+        if ds.mixture is not None:
+            state["mixture"] = mixture_state(ds.mixture)
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         """Continue from ``state`` (from ``state_dict()``, possibly with another world size or workers)."""
@@ -181,7 +186,13 @@ class ShardLoader:
             raise ConfigError(f"loader state: format is {state.get('format') if isinstance(state, dict) else state!r}, "
                               f"expected {STATE_FORMAT!r}")
         mine = self.state_dict()
+        mixture = self.dataset.mixture
+        if (mixture is None) != ("mixture" not in state):
+            raise ConfigError("loader state: saved by a " + ("mixture, this loader reads one dataset" if mixture is None
+                                                              else "single-dataset loader, this loader reads a mixture"))
         for key in _IDENTITY:
+            if mixture is not None and key in ("dataset", "units"):
+                continue            # a changed mixture is adopted, deliberately (loader/mixstate.py)
             if state.get(key) != mine[key]:
                 raise ConfigError(f"loader state: {key}={state.get(key)!r} but this loader has {mine[key]!r}; "
                                   f"a position only means the same units with the same dataset and order options")
@@ -194,6 +205,8 @@ class ShardLoader:
             epoch = int(state["epoch"])
         except (KeyError, TypeError, ValueError) as e:
             raise ConfigError(f"loader state: malformed remaining/epoch ({e})") from None
+        if mixture is not None:
+            epoch, remaining = resume_mixture(mixture, state, epoch, remaining)
         if remaining and (remaining[-1][1] > self.dataset.num_units or epoch < 0):
             raise ConfigError(f"loader state: remaining ranges exceed the dataset's {self.dataset.num_units} units")
         self.epoch, self._remaining, self._pass, self._delivered = epoch, remaining, None, 0

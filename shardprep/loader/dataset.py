@@ -9,6 +9,9 @@ units form batch j of a rank is decided here, by ``distribute``, and not by Data
    turns back into the rank's exact sequence, for any nw (including more workers than shards);
 4. ``batches`` reads the units through a per-worker ``ChunkReader`` and builds tensors.
 
+A mixture (several datasets with token weights, ``loader.mixture``) is read the same way: its positions
+are the mixture's schedule, each read from its source by ``mixread`` (step 4 per source).
+
 Iterated directly (without ``make_dataloader``) it yields single units: pack/pad rows as 1-D tensors, or
 documents in doc mode.  ``ShardDataset(path, mode="doc", shuffle=False)`` is every document in index order.
 """
@@ -27,10 +30,12 @@ from torch.utils.data import IterableDataset
 
 from shardprep.errors import ConfigError, InputDataError
 from shardprep.loader import distribute as D
-from shardprep.loader.batches import Extras, doc_item, pack_arrays, pad_arrays, to_tensors
+from shardprep.loader.assemble import RowFormat, SinglePass
+from shardprep.loader.batches import Extras, to_tensors
+from shardprep.loader.epoch import EpochReader, ReadOptions
 from shardprep.loader.index import DatasetIndex, load_index
-from shardprep.loader.order import BlockShuffle, EpochStream, Piece
-from shardprep.loader.reader import ChunkReader, DecodedChunk
+from shardprep.loader.mixread import MixturePass
+from shardprep.loader.mixture import MixSpec, mixture_spec, open_mixture
 from shardprep.storage.locations import StorageOptions, is_url
 from shardprep.loader.world import World, resolve_world, worker_slot
 from shardprep.shard.format import DTYPES, INDEX_FILE, JOB_FILE
@@ -53,8 +58,10 @@ class PassSpec:
     per_transfer: int = 0       # >0: yield lists of that many numpy batches (the loader converts and unpacks)
 
 
-def open_dataset(path: str | Path | list, *, verify: bool, storage: StorageOptions) -> DatasetIndex:
+def open_dataset(path: object, *, verify: bool, storage: StorageOptions) -> DatasetIndex:
     """A finalized output (a directory or URL prefix with index.json), else legacy tars (dir, glob, list)."""
+    if not isinstance(path, (str, Path, list, tuple)):
+        raise ConfigError(f"path={path!r}: expected a dataset (directory or URL), legacy tars, or a mixture")
     if isinstance(path, (list, tuple)):
         from shardprep.loader.legacy import load_legacy
         return load_legacy([str(p) for p in path])
@@ -76,12 +83,13 @@ def open_dataset(path: str | Path | list, *, verify: bool, storage: StorageOptio
 class ShardDataset(IterableDataset):
     """Tokenized shards as a resumable, rank- and worker-aware stream of units (see module docstring)."""
 
-    def __init__(self, path: str | Path | list, *, mode: str = "pack", seq_len: int | None = None, seed: int = 0,
-                 shuffle: bool = True, shuffle_block: int | None = None, pad_id: int | None = None,
+    def __init__(self, path: str | Path | list | dict | MixSpec, *, mode: str = "pack", seq_len: int | None = None,
+                 seed: int = 0, shuffle: bool = True, shuffle_block: int | None = None, pad_id: int | None = None,
                  return_position_ids: bool = False, return_doc_info: bool = False, verify: bool = False,
                  endpoint_url: str | None = None, s3: ClientOptions | None = None,
                  storage_options: dict | None = None, rank: int | None = None, world_size: int | None = None,
-                 cache_bytes: int | None = None):
+                 cache_bytes: int | None = None, total_tokens: int | None = None,
+                 allow_tokenizer_mismatch: bool | None = None):
         if mode not in MODES:
             raise ConfigError(f"mode={mode!r} is invalid: one of {MODES}")
         if mode in ("pack", "pad") and (seq_len is None or int(seq_len) < 1):
@@ -93,30 +101,55 @@ class ShardDataset(IterableDataset):
         self.extras = Extras(position_ids=return_position_ids, doc_info=return_doc_info)
         self.rank, self.world_size = rank, world_size
         storage = StorageOptions.build(endpoint_url=endpoint_url, s3=s3, storage_options=storage_options)
-        self.index = open_dataset(path, verify=verify, storage=storage)
-        self.total_tokens = int(self.index.shard_tokens.sum())
-        self.total_docs = int(self.index.shard_docs.sum())
-        if mode == "pack":
-            unit_tokens = self._row_len
-            self.num_units = self.total_tokens // unit_tokens
-            self.tail_tokens = self.total_tokens - self.num_units * unit_tokens
-        else:
-            self.num_units, self.tail_tokens = self.total_docs, 0
-            unit_tokens = max(1, self.total_tokens // max(1, self.total_docs))
+        spec = mixture_spec(path, total_tokens=total_tokens, allow_tokenizer_mismatch=allow_tokenizer_mismatch,
+                            storage=storage)
+        self.mixture = None if spec is None else \
+            open_mixture(spec, mode=mode, seq_len=self.seq_len, seed=self.seed, verify=verify, storage=storage)
+        # every dataset read: one, or a mixture's sources (the first one's tokenizer describes the ids)
+        self.sources = [open_dataset(path, verify=verify, storage=storage)] if self.mixture is None \
+            else self.mixture.indexes
+        self.index = self.sources[0]
+        self._size()
         if shuffle_block is not None and int(shuffle_block) < 1:
             raise ConfigError(f"shuffle_block={shuffle_block} is invalid: must be >= 1 (1 disables the buffer)")
-        self.shuffle_block = int(shuffle_block) if shuffle_block else max(1, SHUFFLE_TOKENS // unit_tokens)
-        block_bytes = self.shuffle_block * unit_tokens * 4
-        self.cache_bytes = int(cache_bytes) if cache_bytes else max(64 << 20, 3 * block_bytes)
+        self._read_opts = [self._read_options(i, shuffle_block, cache_bytes) for i in self.sources]
+        # the state's identity: the block in use, or for a mixture the option (None: each source's default)
+        self.shuffle_block = self._read_opts[0].block if self.mixture is None else shuffle_block
+        self.cache_bytes = self._read_opts[0].cache_bytes
         self.pad_id = self._resolve_pad(pad_id)
-        # token ids travel in the shard's dtype (legacy JSON: int64); the pad id must fit it too
-        self.wire_dtype = np.dtype(DTYPES.get(self.index.dtype, "<i8"))
+        # token ids travel in the shards' dtype, the widest of a mixture's (legacy JSON: int64); the pad id fits it
+        self.wire_dtype = np.result_type(*(np.dtype(DTYPES.get(i.dtype, "<i8")) for i in self.sources))
         if self.pad_id > np.iinfo(self.wire_dtype).max or self.pad_id < 0:
             raise ConfigError(f"pad_id={self.pad_id} is invalid: must be a token id in [0, "
-                              f"{np.iinfo(self.wire_dtype).max}] for {self.index.dtype} shards")
+                              f"{np.iinfo(self.wire_dtype).max}] for {self.wire_dtype.name} ids")
         self.epoch = 0
         self._pass: PassSpec | None = None
-        self._tables: dict = {}
+        self._tables: list[dict] = [{} for _ in self.sources]
+
+    def _size(self) -> None:
+        """Units of a pass (rows or documents) and the tokens and documents behind them."""
+        if self.mixture is not None:
+            mix = self.mixture
+            self.num_units, self.tail_tokens = mix.length, 0
+            self.total_tokens = int(mix.length * mix.unit_tokens)
+            self.total_docs = mix.length if self.mode != "pack" else \
+                int(mix.length * mix.unit_tokens / max(1.0, float(mix.tokens.sum() / max(1, mix.docs.sum()))))
+            return
+        self.total_tokens = int(self.index.shard_tokens.sum())
+        self.total_docs = int(self.index.shard_docs.sum())
+        if self.mode == "pack":
+            self.num_units = self.total_tokens // self._row_len
+            self.tail_tokens = self.total_tokens - self.num_units * self._row_len
+        else:
+            self.num_units, self.tail_tokens = self.total_docs, 0
+
+    def _read_options(self, index: DatasetIndex, shuffle_block: int | None, cache_bytes: int | None) -> ReadOptions:
+        """A dataset's shuffle block (default: about 8M tokens of units) and chunk cache (3 blocks, >= 64 MiB)."""
+        tokens, docs = int(index.shard_tokens.sum()), int(index.shard_docs.sum())
+        unit_tokens = self._row_len if self.mode == "pack" else max(1, tokens // max(1, docs))
+        block = int(shuffle_block) if shuffle_block else max(1, SHUFFLE_TOKENS // unit_tokens)
+        cache = int(cache_bytes) if cache_bytes else max(64 << 20, 3 * block * unit_tokens * 4)
+        return ReadOptions(self.mode, self.seed, self.shuffle, block, cache)
 
     # -- configuration ----------------------------------------------------------------------------------
     def _resolve_pad(self, pad_id: int | None) -> int:
@@ -128,7 +161,13 @@ class ShardDataset(IterableDataset):
 
     @property
     def fingerprint(self) -> str:
-        return self.index.fingerprint
+        return self.index.fingerprint if self.mixture is None else self.mixture.fingerprint
+
+    @property
+    def vocab_size(self) -> int | None:
+        """The largest vocabulary of the datasets read (None for legacy tars, which carry no tokenizer)."""
+        sizes = [i.tokenizer.vocab_size for i in self.sources if i.tokenizer is not None]
+        return max(sizes) if sizes else None
 
     @property
     def _row_len(self) -> int:
@@ -185,19 +224,12 @@ class ShardDataset(IterableDataset):
             self.check_one_batch(spec.world.world_size, None)
         split = self.split(spec.remaining, spec.world.world_size, spec.batch)
         worker, num_workers = worker_slot()
-        reader = ChunkReader(self.index, seed=self.seed, epoch=spec.epoch, shuffle=self.shuffle,
-                             packed=self.mode == "pack", cache_bytes=self.cache_bytes, tables=self._tables)
-        unit = "tokens" if self.mode == "pack" else "docs"
-        sizes = self.index.shard_tokens if unit == "tokens" else self.index.shard_docs
-        stream = EpochStream(sizes, lambda s: reader.chunk_sizes(s, unit), seed=self.seed, epoch=spec.epoch,
-                             shuffle=self.shuffle)
-        block = BlockShuffle(self.num_units, self.shuffle_block, seed=self.seed, epoch=spec.epoch,
-                             shuffle=self.shuffle)
+        rows = self.open_pass(spec.epoch)
         rank = spec.world.rank
         steps = split.rank_steps(rank)
 
         def batch(j: int) -> dict:
-            return self._assemble(block.units(D.positions(split.batch_ranges(rank, j))), stream, reader)
+            return rows.batch(D.positions(split.batch_ranges(rank, j)))
 
         try:
             if spec.per_transfer:
@@ -207,39 +239,21 @@ class ShardDataset(IterableDataset):
                 for j in D.worker_steps(steps, worker, num_workers):
                     yield self.tensors(batch(j), unbatched=spec.batch is None)
         finally:
-            reader.close()
+            rows.close()
 
     def tensors(self, item: dict, *, unbatched: bool = False, pin: bool = False) -> dict:
         """Turn an assembled numpy item into tensors (adds pack labels)."""
         return to_tensors(item, mode=self.mode, unbatched=unbatched, pin=pin)
 
-    def _assemble(self, units: np.ndarray, stream: EpochStream, reader: ChunkReader) -> dict:
-        if self.mode == "pack":
-            return pack_arrays(stream, reader, units, self._row_len, self.extras, self.index.shard_doc_start,
-                               self.wire_dtype)
-        found = []
-        for u in units.tolist():
-            p = stream.locate(u)
-            dc = reader.chunk(p.shard, p.chunk)
-            found.append((p, dc, dc.doc(p.start)))
-        if self.mode == "pad":
-            arrays = pad_arrays([d for _, _, d in found], self._row_len, self.pad_id, self.wire_dtype)
-            if self.extras.doc_info:
-                arrays["doc_ids"] = np.array([self._doc_id(reader, p, dc)[1] for p, dc, _ in found], dtype=np.int64)
-                arrays["unit_ids"] = np.asarray(units, dtype=np.int64)
-            return arrays
-        (p, dc, tokens), = found
-        doc, doc_id = self._doc_id(reader, p, dc)
-        if self.seq_len is not None:
-            tokens = tokens[:self.seq_len]
-        return doc_item(tokens, shard_name=self.index.shards[p.shard].name, doc=doc, doc_id=doc_id,
-                        unit=int(units[0]))
-
-    def _doc_id(self, reader: ChunkReader, p: Piece, dc: DecodedChunk) -> tuple[int, int]:
-        """(index of the document within its shard, global document number), both in file order."""
-        doc = int(reader.table(p.shard).doc_start[p.chunk] + dc.order[p.start])
-        return doc, int(self.index.shard_doc_start[p.shard] + doc)
+    def open_pass(self, epoch: int) -> SinglePass | MixturePass:
+        """What turns this pass's shuffled positions into batches (``batch(positions)``, then ``close()``)."""
+        fmt = RowFormat(self.mode, self.seq_len, self.extras, self.pad_id, self.wire_dtype)
+        if self.mixture is not None:
+            return MixturePass(self.mixture, epoch, fmt, self._read_opts, self._tables)
+        return SinglePass(EpochReader(self.index, self.num_units, epoch, self._read_opts[0], self._tables[0]), fmt)
 
     def __repr__(self) -> str:
-        return (f"ShardDataset({self.index.root!r}, mode={self.mode!r}, seq_len={self.seq_len}, seed={self.seed}, "
-                f"units={self.num_units} {self.unit_name}, shards={len(self.index.shards)})")
+        where = repr(self.index.root) if self.mixture is None else \
+            "[" + ", ".join(f"({s.location!r}, {s.weight})" for s in self.mixture.spec.sources) + "]"
+        return (f"ShardDataset({where}, mode={self.mode!r}, seq_len={self.seq_len}, seed={self.seed}, "
+                f"units={self.num_units} {self.unit_name}, shards={sum(len(i.shards) for i in self.sources)})")

@@ -28,6 +28,7 @@ KIND_SHARDS = 1
 KIND_CHUNKS = 2
 KIND_DOCS = 3
 KIND_BLOCK = 4
+KIND_MIX = 5          # the mixture schedule's tie order (loader/schedule.py)
 
 
 def permutation(n: int, *, seed: int, epoch: int, kind: int, index: tuple[int, ...] = (),
@@ -172,6 +173,13 @@ class BlockShuffle:
         else:
             self._cache.move_to_end(b)
         return perm
+
+    def unit(self, position: int) -> int:
+        """Scalar :meth:`units` for ``0 <= position < n`` (unchecked; a mixture maps its rows one by one)."""
+        if not self.active:
+            return position
+        base = position - position % self.block
+        return base + int(self._perm(base // self.block)[position - base])
 
     def units(self, positions: np.ndarray) -> np.ndarray:
         """The stream unit shown at each shuffled position (vectorized)."""

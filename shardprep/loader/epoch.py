@@ -1,0 +1,51 @@
+"""One dataset in one epoch, as a worker reads it: its stream, its shuffle blocks and a chunk reader.
+
+``ShardDataset`` reads one of these per pass; a mixture keeps one per source and source epoch it is in
+(a small source repeats, so its epochs advance while a large one's do not).  A shuffled position of the
+epoch becomes a stream unit with ``units``; the assembly (``assemble``) reads that unit's tokens through
+``stream`` and ``reader``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from shardprep.loader.index import DatasetIndex
+from shardprep.loader.order import BlockShuffle, EpochStream
+from shardprep.loader.reader import ChunkReader
+from shardprep.shard.sidecar import ChunkTable
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """What decides a dataset's order and reading, the same for every epoch (and, in a mixture, source)."""
+
+    mode: str
+    seed: int
+    shuffle: bool
+    block: int
+    cache_bytes: int
+
+
+class EpochReader:
+    """Dataset ``index`` in epoch ``epoch`` with ``num_units`` units; ``tables`` caches sidecars across epochs."""
+
+    def __init__(self, index: DatasetIndex, num_units: int, epoch: int, opts: ReadOptions,
+                 tables: dict[int, ChunkTable]):
+        self.index, self.epoch = index, epoch
+        self.reader = ChunkReader(index, seed=opts.seed, epoch=epoch, shuffle=opts.shuffle,
+                                  packed=opts.mode == "pack", cache_bytes=opts.cache_bytes, tables=tables)
+        unit = "tokens" if opts.mode == "pack" else "docs"
+        sizes = index.shard_tokens if unit == "tokens" else index.shard_docs
+        self.stream = EpochStream(sizes, lambda s: self.reader.chunk_sizes(s, unit), seed=opts.seed, epoch=epoch,
+                                  shuffle=opts.shuffle)
+        self.block = BlockShuffle(num_units, opts.block, seed=opts.seed, epoch=epoch, shuffle=opts.shuffle)
+
+    def units(self, positions: np.ndarray) -> np.ndarray:
+        """The stream unit at each shuffled position of the epoch."""
+        return self.block.units(positions)
+
+    def close(self) -> None:
+        self.reader.close()
