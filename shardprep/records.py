@@ -202,9 +202,19 @@ def _short(v: Any) -> str:
 _CHECKS: dict[type, Callable[..., Any]] = {int: Fields.int, str: Fields.str, bool: Fields.bool, float: Fields.float}
 
 
+def _nested(parse: Callable[[Fields], Any]) -> Callable[..., Any]:
+    """The reader of a field holding a nested record (a class with ``parse(Fields)``)."""
+    def read(fields: Fields, name: str, *, optional: bool) -> Any:
+        if fields.raw(name, None) is None:
+            return fields._other(name, None if fields.has(name) else _MISSING, "an object", optional)
+        return parse(fields.obj_at(name))
+    return read
+
+
 @functools.cache
 def _spec(cls: type) -> tuple[tuple[str, Any, bool, bool], ...]:
-    """``(name, reader, optional, has_default)`` per field of a flat dataclass of scalars."""
+    """``(name, reader, optional, has_default)`` per field of a dataclass of scalars (and nested records:
+    classes with a ``parse(Fields)``)."""
     hints = typing.get_type_hints(cls)
     out = []
     for f in dataclasses.fields(cls):
@@ -212,12 +222,14 @@ def _spec(cls: type) -> tuple[tuple[str, Any, bool, bool], ...]:
         args = typing.get_args(t) if isinstance(t, types.UnionType) or typing.get_origin(t) is typing.Union else ()
         base = next((a for a in args if a is not type(None)), t)
         has_default = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
-        out.append((f.name, _CHECKS[base], type(None) in args, has_default))
+        reader = _CHECKS[base] if base in _CHECKS else _nested(base.parse)
+        out.append((f.name, reader, type(None) in args, has_default))
     return tuple(out)
 
 
 def record(cls: type[T], fields: Fields, *, defaults: bool = False) -> T:
-    """Build a flat dataclass (``InputFile``, ``WorkItem``, ``TokenizeOptions``...) from ``fields``.
+    """Build a dataclass of scalars (``InputFile``, ``WorkItem``, ``TokenizeOptions``...; a field may hold a
+    nested record whose class has ``parse(Fields)``) from ``fields``.
 
     Every field must be present with its annotated type, unless ``defaults``: then a missing key takes
     the class default (options added in a later release read from an older job.json).  Errors the class

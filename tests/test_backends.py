@@ -164,9 +164,9 @@ def test_auto_falls_back_when_gigatoken_cannot_load(tmp_path):
 
     tok_json = _wordpiece(tmp_path / "wp.json").read_text()
     backend, rec = select_backend("auto", tok_json, allow_special_tokens=False, sample_texts=["some text"])
-    assert backend.name == "hf" and rec["name"] == "hf"
-    assert rec["check"] == {"passed": False, "candidate": "gigatoken", "reason": rec["fallback_reason"]}
-    assert "cannot load" in rec["fallback_reason"] and "WordPiece" in rec["fallback_reason"]
+    assert backend.name == "hf" and rec.name == "hf"
+    assert rec.to_dict()["check"] == {"candidate": "gigatoken", "passed": False, "reason": rec.fallback_reason}
+    assert rec.fallback_reason and "cannot load" in rec.fallback_reason and "WordPiece" in rec.fallback_reason
     with pytest.raises(TokenizerError, match="--backend=gigatoken"):
         select_backend("gigatoken", tok_json, allow_special_tokens=False, sample_texts=["x"])
 
@@ -182,9 +182,10 @@ def test_check_uses_task_documents_and_reports_first_difference(tmp_path):
     # "ab" has no regex boundary, so both agree; a space-separated sentence differs
     assert compare_ids(candidate, reference, [("same", "ab")]) is None
     diff = compare_ids(candidate, reference, [("same", "ab"), ("doc", "data shard token model")])
-    assert diff["case"] == "doc" and diff["expected"] != diff["got"]
+    assert diff is not None and diff[1] is not None
+    assert diff[1].case == "doc" and diff[1].expected != diff[1].got and diff[0].startswith("ids differ on doc")
     record = verify_backend(candidate, reference, tok_json, ["the data"] * 5, max_sample_docs=3)
-    assert record["passed"] is False and record["sample_documents"] == 3
+    assert record.passed is False and record.sample_documents == 3
     assert sample_of(["a" * 10] * 100, max_docs=10, max_chars=35) == [0, 10, 20]
 
 
@@ -259,7 +260,7 @@ def test_block_reader_gives_same_documents_and_skips_at_any_block_size(tmp_path,
         skips = readers.SkipLog()
         docs = [d for b in item_batches(inp, item, TokenizeOptions(max_doc_bytes=40, txt_mode=mode), skips,
                                         block_bytes=block, fast=fast) for d in b.texts()]
-        return docs, skips.counts, [(e["reason"], e["line"], e["byte"]) for e in skips.examples]
+        return docs, skips.counts, [(e.reason, e.line, e.byte) for e in skips.examples]
 
     items = [readers.WorkItem(0), readers.WorkItem(0, second, second + 60, "bytes", None)]
     expected = {(i, m): read(item, m) for i, item in enumerate(items) for m in ("line", "paragraph")}

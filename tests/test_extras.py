@@ -108,7 +108,7 @@ def test_gigatoken_missing_fails_an_explicit_request_and_auto_falls_back(without
             f"from shardprep.tokenizer.backend import select_backend\n"
             f"tok = Path({str(sample_tokenizer)!r}).read_text()\n"
             f"backend, record = select_backend('auto', tok, allow_special_tokens=False)\n"
-            f"print(record['name'], '|', record['fallback_reason'])\n"
+            f"print(record.name, '|', record.fallback_reason)\n"
             f"try:\n    select_backend('gigatoken', tok, allow_special_tokens=False)\n"
             f"except TokenizerError as e:\n    print(e.exit_code, e)\n")
     proc = _python(code, without("gigatoken"))

@@ -122,11 +122,11 @@ def test_fast_path_takes_clean_blocks_and_handles_their_empty_lines(tmp_path, mo
     txt = _write(tmp_path / "a.txt", b"one\r\n\r\n  \t\ntwo \xe3\x80\x80\n\xe3\x80\x80\nthree\n", None)
     docs, counts, examples, _, _ = _read(txt, WorkItem(0), TokenizeOptions(), fast=True)
     assert docs == ["one", "two \u3000", "three"] and counts["empty"] == 3
-    assert [(e["line"], e["byte"]) for e in examples] == [(2, 5), (3, 7), (5, 19)]
+    assert [(e.line, e.byte) for e in examples] == [(2, 5), (3, 7), (5, 19)]
     jsonl = _write(tmp_path / "a.jsonl", b'{"text": "a"}\n\n{"text": ""}\n{"x": 1}\n{"text": "b"}\r\n', None)
     docs, counts, examples, _, _ = _read(jsonl, WorkItem(0), TokenizeOptions(), fast=True)
     assert docs == ["a", "b"] and counts["empty"] == 2 and counts["missing_field"] == 1
-    assert [(e["reason"], e["line"]) for e in examples] == [("empty", 2), ("empty", 3), ("missing_field", 4)]
+    assert [(e.reason, e.line) for e in examples] == [("empty", 2), ("empty", 3), ("missing_field", 4)]
     assert calls == {"txt": 1, "jsonl": 1}
 
 
@@ -185,7 +185,8 @@ def test_a_task_on_several_processes_writes_the_same_shard_and_sidecar(tmp_path,
         out = tmp_path / f"out{threads}"
         plan_job([inputs], out, gpt2_tokenizer, TokenizeOptions(), PlanOptions(target_task_bytes=1 << 30))
         result = run_task(out, 0, threads=threads)
-        assert result.sidecar.backend["name"] == "gigatoken" and result.sidecar.backend["check"]["passed"]
+        check = result.sidecar.backend.check
+        assert result.sidecar.backend.name == "gigatoken" and check is not None and check.passed
         shards[threads] = ((out / "shard-00000.tar").read_bytes(), _sidecar(out))
     assert shards[1][0] == shards[3][0]
     assert shards[1][1] == shards[3][1]
@@ -231,8 +232,8 @@ def test_ids_that_differ_late_in_the_task_redo_the_shard_with_hf(tmp_path, gpt2_
     _corrupting(monkeypatch, after_calls=3)
     result = run_task(out, 0, threads=1)
     backend = result.sidecar.backend
-    assert backend["name"] == "hf" and backend["requested"] == "auto"
-    assert "batch" in backend["fallback_reason"] and backend["check"]["spread_documents"] >= 3 * 4
+    assert backend.name == "hf" and backend.requested == "auto" and backend.check is not None
+    assert "batch" in (backend.fallback_reason or "") and (backend.check.spread_documents or 0) >= 3 * 4
     finalize(out)
     eos = json.loads((out / "job.json").read_text())["tokenizer"]["eos_id"]
     assert shard_documents(out) == reference_ids(gpt2_tokenizer, texts, eos)

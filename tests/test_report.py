@@ -223,7 +223,7 @@ def test_demo_ends_by_writing_the_report(tmp_path):
 
 
 def test_task_log_attempts_failures_and_runs_in_progress():
-    from shardprep.report.logs import parse_task_log
+    from shardprep.job.logs import parse_task_log
 
     log = ("2026-01-02 03:04:05,100 INFO shardprep.job.task: task 7: /d/a.txt[0:None]\n"
            "2026-01-02 03:04:06,000 INFO shardprep.job.task: task 7: backend {'name': 'hf'}, 1 thread(s)\n"

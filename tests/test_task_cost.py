@@ -48,15 +48,15 @@ def test_plan_records_the_hard_cases_and_a_matching_task_trusts_them(tmp_path, g
 
     _, job = plan_job([_inputs(tmp_path)], tmp_path / "out", gpt2_tokenizer, TokenizeOptions())
     record = job.backend_check
-    assert record is not None and record["passed"] is True and record["load_dependent"] is False
-    assert record["reference"] == f"hf {tokenizers.__version__}" and record["candidate"].startswith("gigatoken ")
-    assert record["tokenizer_fingerprint"] == job.tokenizer.fingerprint and record["hard_cases"] > 30
+    assert record is not None and record.passed is True and record.load_dependent is False
+    assert record.reference == f"hf {tokenizers.__version__}" and record.candidate.startswith("gigatoken ")
+    assert record.tokenizer_fingerprint == job.tokenizer.fingerprint and record.hard_cases > 30
     stored = json.loads((tmp_path / "out" / "job.json").read_text())["backend_check"]
-    assert stored == record                                        # written, and parsed back as written
+    assert stored == record.to_dict()                              # written, and parsed back as written
     result = run_task(tmp_path / "out", 0)
     check = _check(tmp_path / "out")
-    assert result.sidecar.backend["name"] == "gigatoken"
-    assert check["hard_cases_checked"] == "plan" and check["hard_cases"] == record["hard_cases"]
+    assert result.sidecar.backend.name == "gigatoken"
+    assert check["hard_cases_checked"] == "plan" and check["hard_cases"] == record.hard_cases
     assert check["passed"] is True and check["sample_documents"] == len(DOCS) * 5   # own sample: every task
     assert "plan_check_ignored" not in check
 

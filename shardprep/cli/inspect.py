@@ -130,11 +130,11 @@ def print_sidecar(sidecar: Sidecar, size: int, n_tokens: int) -> None:
     """Layout, size ratio, checksum, backend and skipped input of a shard, from its sidecar."""
     itemsize = 2 if sidecar.dtype == "uint16" else 4
     print(f"  layout {sidecar.layout}, dtype {sidecar.dtype}, {size / max(1, n_tokens * itemsize):.3f}x raw "
-          f"token bytes, sha256 {sidecar.sha256[:16]}..., backend {sidecar.backend.get('name')}")
+          f"token bytes, sha256 {sidecar.sha256[:16]}..., backend {sidecar.backend.name}")
     skipped = {k: v for k, v in sidecar.skipped.items() if v}
     print(f"  skipped: {skipped or 'none'}")
     for ex in sidecar.skipped_examples[:5]:
-        print(f"    {ex['reason']}: {ex['file']}:{ex['line'] if ex['line'] is not None else '@' + str(ex.get('byte'))}")
+        print(f"    {ex.reason}: {ex.file}:{ex.line if ex.line is not None else '@' + str(ex.byte)}")
 
 
 def print_documents(docs: list[np.ndarray], tok: Any, max_chars: int) -> None:

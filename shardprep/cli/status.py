@@ -15,7 +15,7 @@ from shardprep.job.progress import JobProgress, activity, estimate, planned_inpu
 from shardprep.job.schema import Job
 from shardprep.job.state import JobState, format_array_ranges, job_state, load_job
 from shardprep.report.fmt import duration, human_bytes, number, rate
-from shardprep.report.logs import TAIL_BYTES, TaskLog, read_task_logs
+from shardprep.job.logs import TAIL_BYTES, TaskLog, read_task_logs
 from shardprep.shard.format import INDEX_FILE, LOG_DIR
 from shardprep.storage.locations import is_url
 

@@ -267,21 +267,22 @@ def check_backend(ctx: Context) -> Check:
     if ctx.resolved is None:
         return _not_checked("backend", "the tokenizer did not load")
     backend, record = select_backend("auto", ctx.resolved.json, allow_special_tokens=False, sample_texts=ctx.sample)
-    details: dict[str, Any] = {"auto_picks": backend.name, "record": record}
-    check = record.get("check") or {}
+    details: dict[str, Any] = {"auto_picks": backend.name, "record": record.to_dict()}
+    check = record.check
     if backend.name != "hf":
         tps, _ = _tokens_per_s(backend, ctx.sample)
         details["tokens_per_s"] = round(tps)
-        return Check("backend", OK, f"auto picks {backend.name} {record.get('version', '')}: it reproduced the hf ids "
+        return Check("backend", OK, f"auto picks {backend.name} {record.version or ''}: it reproduced the hf ids "
                      f"on the hard cases and the sample; {tps / 1e6:,.2f} M tokens/s per core", None, details)
     if importlib.util.find_spec("gigatoken") is None:
         return Check("backend", OK, "auto uses hf (the reference): gigatoken is not installed",
                      "pip install 'shardprep[fast]' for a backend that is often 10x faster per core (used only "
                      "after it reproduces the hf ids)", details)
-    reason = record.get("fallback_reason") or check.get("reason") or "not verified"
-    why = "does not reproduce the hf ids" if "reference" in check else "cannot run this tokenizer"
+    reason = record.fallback_reason or (check.reason if check else None) or "not verified"
+    why = "does not reproduce the hf ids" if check and check.reference else "cannot run this tokenizer"
     details["reason"] = reason
-    return Check("backend", WARN, f"tasks will use hf (the reference), not {check.get('candidate', 'gigatoken')}, "
+    candidate = check.candidate if check and check.candidate else "gigatoken"
+    return Check("backend", WARN, f"tasks will use hf (the reference), not {candidate}, "
                  f"which {why} ({reason}); that is the check working: ids stay exact, at hf speed (see "
                  "tokenizer_speed)", "nothing to fix for correctness; expect hf speed, or use --backend hf to skip "
                  "the check", details)

@@ -66,13 +66,28 @@ class WorkItem:
         return cls(**d)
 
 
+@dataclass(frozen=True)
+class SkipExample:
+    """Where a skipped document was (a shard's sidecar keeps the first few): the 1-based line (the row for
+    parquet and arrow; None inside a split range, where lines are not counted) or the byte offset."""
+
+    reason: str
+    file: str
+    line: int | None
+    byte: int | None
+    detail: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"reason": self.reason, "file": self.file, "line": self.line, "byte": self.byte, "detail": self.detail}
+
+
 @dataclass
 class SkipLog:
     """Counts skipped documents per reason and remembers where the first few were."""
 
     strict: bool = False
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(SKIP_REASONS, 0))
-    examples: list[dict] = field(default_factory=list)
+    examples: list[SkipExample] = field(default_factory=list)
     nul_bytes: int = 0                                     # in the raw text read (see inputs.health)
     warnings: list[str] = field(default_factory=list)      # inputs that look binary or mis-encoded
 
@@ -82,8 +97,7 @@ class SkipLog:
             raise InputDataError(f"{where}: {reason.replace('_', ' ')}{': ' + detail if detail else ''} (--strict)")
         self.counts[reason] += 1
         if len(self.examples) < MAX_EXAMPLES:
-            self.examples.append({"reason": reason, "file": path, "line": line, "byte": byte,
-                                  "detail": detail[:200]})
+            self.examples.append(SkipExample(reason, path, line, byte, detail[:200]))
 
     def skip_lines(self, reason: str, path: str, n: int, locate: Callable[[int], tuple[int | None, int | None]],
                    detail: str = "") -> None:
@@ -97,7 +111,7 @@ class SkipLog:
         self.counts[reason] += n
         for k in range(min(n, MAX_EXAMPLES - len(self.examples))):
             line, byte = locate(k)
-            self.examples.append({"reason": reason, "file": path, "line": line, "byte": byte, "detail": detail[:200]})
+            self.examples.append(SkipExample(reason, path, line, byte, detail[:200]))
 
     @property
     def total(self) -> int:

@@ -32,7 +32,7 @@ from shardprep import errors
 from shardprep.errors import ShardprepError
 from shardprep.inputs.batches import ReadCount, item_batches
 from shardprep.inputs.health import ItemWatch
-from shardprep.inputs.readers import MAX_EXAMPLES, ReadOptions, SkipLog, WorkItem
+from shardprep.inputs.readers import MAX_EXAMPLES, ReadOptions, SkipExample, SkipLog, WorkItem
 from shardprep.job.encode import Boundaries, ProgressFn, Sampler, check_stop
 from shardprep.shard.format import DTYPES
 from shardprep.shard.writer import ShardWriter, narrow_ids
@@ -63,7 +63,7 @@ class PieceResult:
     tokens: int = 0
     lines: int = 0
     counts: dict[str, int] = field(default_factory=dict)
-    examples: list[dict] = field(default_factory=list)
+    examples: list[SkipExample] = field(default_factory=list)
     nul_bytes: int = 0
     sampler: Sampler | None = None
     error: tuple[str, str, str | None] | None = None     # (exception class, message, hint)
@@ -260,10 +260,10 @@ class _Merge:
         for example in result.examples:
             if len(self.skips.examples) >= MAX_EXAMPLES:
                 break
-            line = example["line"]
+            line = example.line
             if line is not None and not piece.input.tabular and first_line is not None:
                 line = first_line + self.lines_before + line - 1
-            self.skips.examples.append({**example, "line": line})
+            self.skips.examples.append(replace(example, line=line))
         for reason, n in result.counts.items():
             self.skips.counts[reason] += n
         self.skips.nul_bytes += result.nul_bytes

@@ -38,6 +38,7 @@ from shardprep.records import is_json_text
 from shardprep.shard.format import (INDEX_FILE, JOB_FILE, PLAN_DIR, PLAN_RECORDS_FILE,
                                     PLAN_TABLE_FILE, REPAIR_DIR, TOKENIZER_FILE)
 from shardprep.tokenizer.load import ResolvedTokenizer
+from shardprep.shard.provenance import PlanCheck
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,7 @@ class Plan:
     options: TokenizeOptions
     plan_options: PlanOptions            # as resolved: target_task_bytes is the one the tasks were cut with
     sizing: Sizing | None = None         # which rule chose that target, and why (job.json ``sizing``)
-    backend_check: dict | None = None    # tokenizer.plan_check's record, stored in job.json as is
+    backend_check: PlanCheck | None = None    # tokenizer.plan_check's record, stored in job.json
 
     def iter_tasks(self) -> Iterator[list[WorkItem]]:
         n = None if self.sizing is None else balanced_tasks(self.sizing, sum(i.size for i in self.inputs))
@@ -61,7 +62,8 @@ class Plan:
 
 
 def make_plan(inputs: list[InputFile], tokenizer: ResolvedTokenizer, options: TokenizeOptions,
-              plan_options: PlanOptions, sizing: Sizing | None = None, backend_check: dict | None = None) -> Plan:
+              plan_options: PlanOptions, sizing: Sizing | None = None,
+              backend_check: PlanCheck | None = None) -> Plan:
     return Plan(inputs, tokenizer, options, plan_options, sizing, backend_check)
 
 

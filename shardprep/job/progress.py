@@ -11,7 +11,7 @@ task before it runs (tokens are known only for done tasks); a shard of twice the
 Sources, all files of the output directory: the sidecars (which tasks are done, their tokens and task
 seconds; ``job.state``), the plan's task records (planned input bytes per task; ``job.plan_files``) and
 the task logs (when the first attempt started, when each task's last attempt ended, and which tasks run
-now; ``report.logs``).  A job that went through Slurm says what is running or pending through squeue
+now; ``job.logs``).  A job that went through Slurm says what is running or pending through squeue
 (``executor.slurm.state``), which the caller passes in.  There is no ETA (``eta_s`` None, and
 ``eta_basis`` says why) before any task is done, without task logs, or when nothing runs or waits.
 """
@@ -38,7 +38,7 @@ class Finished(Protocol):
 
 
 class Attempts(Protocol):
-    """What the estimate reads of a task's log (``report.logs.TaskLog``)."""
+    """What the estimate reads of a task's log (``job.logs.TaskLog``)."""
 
     @property
     def first_started(self) -> float | None: ...

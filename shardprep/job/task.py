@@ -25,9 +25,11 @@ from shardprep.errors import InputDataError
 from shardprep.storage.atomic import remove_stale_temps, write_json_atomic
 from shardprep.inputs.planned import changed_since_planned
 from shardprep.inputs.readers import SkipLog
+from shardprep.job import logs
 from shardprep.job.encode import Boundaries, ProgressFn, Sampler, encode_inline, task_batches
 from shardprep.job.plan_files import read_task
 from shardprep.job.schema import CREATED_BY, Job, Task, TaskItem
+from shardprep.shard.provenance import BackendRecord, TaskStats
 from shardprep.shard.sidecar import Sidecar
 from shardprep.job.state import check_task, load_job, read_frozen_tokenizer
 from shardprep.records import FS_BYTES
@@ -94,7 +96,7 @@ def _task_log(output: Path, task: int) -> Iterator[None]:
     (output / LOG_DIR).mkdir(exist_ok=True)
     # a file name that is not UTF-8 (issue 23) is logged with \xNN escapes, not as a logging error
     handler = logging.FileHandler(_log_path(output, task), encoding="utf-8", errors=FS_BYTES)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(logging.Formatter(logs.LOG_FORMAT))
     logger = logging.getLogger("shardprep")
     previous = logger.level
     logger.addHandler(handler)
@@ -135,7 +137,7 @@ def run_task(output: Path, task: int, *, progress: ProgressFn | None = None,
         try:
             return _run(output, job, task, stop, progress, threads, attempted)
         except Exception as e:
-            log.error("task %d failed: %s", task, e)
+            log.error(logs.FAILED, task, e)
             raise
 
 
@@ -158,7 +160,7 @@ def _run(output: Path, job: Job, task: int, stop: StopFlag, progress: ProgressFn
     opts = job.options
     opened = open_backend(opts.backend, ctx.tok_json, allow_special_tokens=opts.allow_special_tokens)
     written = _write_shard(ctx, opened, stop, progress)
-    if isinstance(written, dict):  # auto: the candidate's ids differ from hf's; the shard is written again
+    if isinstance(written, BackendRecord):  # auto: the candidate's ids differ from hf's; written again with hf
         fallback = written
         hf = Opened(BACKENDS["hf"](ctx.tok_json, opts.allow_special_tokens), opts.backend, candidate=False)
         result, skips, _ = _unwrap(_write_shard(ctx, hf, stop, progress))
@@ -170,16 +172,16 @@ def _run(output: Path, job: Job, task: int, stop: StopFlag, progress: ProgressFn
         log.warning("task %d produced no documents (skipped: %s)", task, skips.counts)
     sidecar = build_sidecar(job, task, result, skips, backend_info, ctx.work.items, elapsed, ctx.threads)
     write_json_atomic(output / sidecar_name(task), sidecar.to_dict())
-    log.info("task %d done: %d documents, %d tokens, %d bytes, %d skipped, %.1fs", task, result.documents,
+    log.info(logs.DONE, task, result.documents,
              result.tokens, result.bytes, skips.total, elapsed)
     return TaskResult(task, False, result.documents, result.tokens, sidecar)
 
 
-Written = tuple[ShardResult, SkipLog, dict]
+Written = tuple[ShardResult, SkipLog, BackendRecord]
 
 
-def _unwrap(written: Written | dict) -> Written:
-    assert not isinstance(written, dict), "hf is the reference: it has nothing to fall back from"
+def _unwrap(written: Written | BackendRecord) -> Written:
+    assert not isinstance(written, BackendRecord), "hf is the reference: it has nothing to fall back from"
     return written
 
 
@@ -187,7 +189,7 @@ def _load(output: Path, job: Job, task: int, threads: int | None) -> _Context:
     """Step 1: the task's work from the frozen plan, its inputs unchanged, the frozen tokenizer intact."""
     started = time.perf_counter()
     work = read_task(output, job, task)
-    log.info("task %d: %s", task, ", ".join(i.describe() for i in work.items))
+    log.info(logs.STARTED, task, ", ".join(i.describe() for i in work.items))
     _check_inputs_unchanged(work)
     tok_json = read_frozen_tokenizer(output, job)
     n_threads = threads or usable_cpus()
@@ -210,14 +212,15 @@ def _remove_stale(output: Path, task: int, attempted: bool) -> None:
         stale.unlink(missing_ok=True)
 
 
-def _write_shard(ctx: _Context, opened: Opened, stop: StopFlag, progress: ProgressFn | None) -> Written | dict:
+def _write_shard(ctx: _Context, opened: Opened, stop: StopFlag,
+                 progress: ProgressFn | None) -> Written | BackendRecord:
     """Steps 3-4: every document encoded and written; a fast backend's ids compared with hf's on documents
     sampled throughout the task.  Returns the closed shard, its skips and the sidecar's ``backend``
     record; or, under ``auto`` when the ids differ, only that record (nothing published: the caller
     writes the shard again with hf)."""
     job, opts = ctx.job, ctx.job.options
     bounds = Boundaries(job.tokenizer.bos_id if opts.add_bos else None, job.tokenizer.eos_id if opts.add_eos else None)
-    log.info("task %d: backend %s (%s), %d thread(s)", ctx.work.index, opened.backend.describe(),
+    log.info(logs.BACKEND + " (%s), %d thread(s)", ctx.work.index, opened.backend.describe(),
              "checked against hf as it encodes" if opened.candidate else "the reference", ctx.threads)
     sent = [0, 0]
 
@@ -245,8 +248,8 @@ def _write_shard(ctx: _Context, opened: Opened, stop: StopFlag, progress: Progre
                                     sample_texts=sampler.first, recorded=sampler.recorded,
                                     plan_check=job.backend_check, fingerprint=job.tokenizer.fingerprint)
         record = backend_record(opened, check)
-        log.info("task %d: backend %s", ctx.work.index, record)
-        if record["name"] != opened.backend.name:
+        log.info(logs.BACKEND, ctx.work.index, record)
+        if record.name != opened.backend.name:
             writer.abort()
             if progress:
                 progress(-sent[0], -sent[1])
@@ -254,7 +257,7 @@ def _write_shard(ctx: _Context, opened: Opened, stop: StopFlag, progress: Progre
         return writer.close(), skips, record
 
 
-def build_sidecar(job: Job, task: int, result: ShardResult, skips: SkipLog, backend_info: dict | None,
+def build_sidecar(job: Job, task: int, result: ShardResult, skips: SkipLog, backend_info: BackendRecord | None,
                   items: Sequence[TaskItem], elapsed: float, threads: int) -> Sidecar:
     """Step 5: the sidecar of a written shard (public: the scaling benchmark synthesizes sidecars with it)."""
     opts, tok = job.options, job.tokenizer
@@ -264,13 +267,9 @@ def build_sidecar(job: Job, task: int, result: ShardResult, skips: SkipLog, back
         dtype=tok.dtype, chunks=result.chunks, skipped=skips.counts,
         skipped_examples=tuple(skips.examples), warnings=tuple(skips.warnings),
         inputs=tuple(i.sidecar_input() for i in items),
-        backend=backend_info or {"name": None, "requested": opts.backend, "check": None},
-        stats={
-            "elapsed_s": round(elapsed, 3),
-            "tokens_per_s": round(result.tokens / elapsed, 1) if elapsed > 0 else None,
-            "threads": threads,
-            "peak_rss_bytes": peak_rss_bytes(),
-            "host": os.uname().nodename,
-            "slurm_job": os.environ.get("SLURM_JOB_ID"),
-        },
+        backend=backend_info or BackendRecord(None, requested=opts.backend),
+        stats=TaskStats(elapsed_s=round(elapsed, 3),
+                        tokens_per_s=round(result.tokens / elapsed, 1) if elapsed > 0 else None, threads=threads,
+                        peak_rss_bytes=peak_rss_bytes(), host=os.uname().nodename,
+                        slurm_job=os.environ.get("SLURM_JOB_ID")),
     )

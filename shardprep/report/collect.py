@@ -22,57 +22,19 @@ from typing import Callable, TypeVar
 
 from shardprep.errors import IncompleteError, InputDataError
 from shardprep.executor.slurm.state import slurm_status_json
-from shardprep.shard import sidecar as sidecar_record
-from shardprep.shard.sidecar import ChunkTable
+from shardprep.shard.sidecar import Sidecar
 from shardprep.shard.index import Index, IndexShard
 from shardprep.job.schema import Job
 from shardprep.job.progress import planned_input_bytes
 from shardprep.job.state import job_state
 from shardprep.storage.locations import StorageOptions, is_url, join, object_sizes, read_bytes
-from shardprep.report.logs import LOG_NAME_RE, TaskLog, parse_task_log, read_task_logs
+from shardprep.job.logs import LOG_NAME_RE, TaskLog, parse_task_log, read_task_logs
 from shardprep.shard.format import INDEX_FILE, JOB_FILE, LOG_DIR, TOKENIZER_FILE
 
 log = logging.getLogger(__name__)
 
 _READ_THREADS = 16   # parallel small reads (sidecars, logs); what matters on S3 and Lustre
 R = TypeVar("R")
-
-
-@dataclass(frozen=True)
-class SkipExample:
-    reason: str
-    file: str
-    line: int | None
-    byte: int | None
-    task: int
-
-
-@dataclass(frozen=True)
-class Backend:
-    """Which backend a task ran and, for ``auto``, why (a fallback names its reason)."""
-
-    name: str | None
-    version: str | None
-    requested: str | None
-    fallback_reason: str | None
-
-
-@dataclass(frozen=True)
-class Sidecar:
-    """The fields of one finished task's sidecar that the report shows."""
-
-    task: int
-    shard: str
-    tokens: int
-    documents: int
-    samples: int
-    bytes: int
-    elapsed_s: float | None
-    tokens_per_s: float | None
-    backend: Backend
-    skipped: dict[str, int]
-    skip_examples: tuple[SkipExample, ...]
-    chunks: ChunkTable
 
 
 @dataclass(frozen=True)
@@ -122,18 +84,6 @@ def _optional_text(location: str, storage: StorageOptions | None) -> str | None:
         return None
 
 
-def report_sidecar(side: sidecar_record.Sidecar) -> Sidecar:
-    """The report's view of one (parsed and validated) sidecar."""
-    b = side.backend
-    examples = tuple(SkipExample(e.get("reason", "?"), e.get("file", "?"), e.get("line"), e.get("byte"), side.task)
-                     for e in side.skipped_examples)
-    return Sidecar(
-        task=side.task, shard=side.shard, tokens=side.tokens, documents=side.documents, samples=side.samples,
-        bytes=side.bytes, elapsed_s=side.elapsed_s, tokens_per_s=side.stats.get("tokens_per_s"),
-        backend=Backend(b.get("name"), b.get("version"), b.get("requested"), b.get("fallback_reason")),
-        skipped=dict(side.skipped), skip_examples=examples, chunks=side.chunks)
-
-
 def _read_logs(location: str, storage: StorageOptions | None) -> dict[int, TaskLog]:
     """Parse every ``logs/task-NNNNN.log`` whole (none is fine: a copied or uploaded output may have none)."""
     logs_dir = join(location, LOG_DIR)
@@ -166,7 +116,7 @@ def _local_tasks(out: Output, job: Job) -> list[Task]:
     Slurm view of the ones not done when the job went through a Slurm executor (squeue, like ``status``)."""
     output = Path(out.location)
     sidecars: dict[int, Sidecar] = {}
-    state = job_state(output, job, on_done=lambda s: sidecars.__setitem__(s.task, report_sidecar(s)))
+    state = job_state(output, job, on_done=lambda s: sidecars.__setitem__(s.task, s))
     out.slurm = slurm_status_json(output, state)
     planned = _planned_bytes(out.location, job)
     return [Task(t, planned[t] if t < len(planned) else 0, sidecars.get(t), state.problems.get(t))
@@ -179,10 +129,10 @@ def _indexed_tasks(location: str, index: Index, job: Job | None, storage: Storag
 
     def one(entry: IndexShard) -> Sidecar:
         where = join(location, entry.sidecar)
-        side = _record(where, sidecar_record.Sidecar.parse, storage)
+        side = _record(where, Sidecar.parse, storage)
         if side is None:
             raise IncompleteError(f"{where}: sidecar of {entry.name} is missing")
-        return report_sidecar(side)
+        return side
 
     with ThreadPoolExecutor(_READ_THREADS) as pool:
         sidecars = list(pool.map(one, index.shards))

@@ -14,7 +14,7 @@ import numpy as np
 
 from shardprep.job.progress import activity, estimate
 from shardprep.job.state import format_array_ranges
-from shardprep.report.collect import Output, SkipExample, Task
+from shardprep.report.collect import Output, Task
 from shardprep.report.doclens import DocLengths
 
 REPORT_VERSION = 1
@@ -106,7 +106,7 @@ def _task_row(t: Task, out: Output) -> dict:
         "task": t.task, "status": status, "problem": t.problem,
         "elapsed_s": s.elapsed_s if s else None,
         "tokens": s.tokens if s else None,
-        "mtok_per_s": s.tokens_per_s / 1e6 if s and s.tokens_per_s is not None else None,
+        "mtok_per_s": s.stats.tokens_per_s / 1e6 if s and s.stats.tokens_per_s is not None else None,
         "backend": s.backend.name if s else None,
         "started": lg.started if lg else None, "ended": lg.ended if lg else None,
         "attempts": lg.attempts if lg else 0,
@@ -131,16 +131,13 @@ def task_numbers(out: Output) -> dict:
 
 def skipped_numbers(out: Output) -> dict:
     by_reason: dict[str, int] = defaultdict(int)
-    examples: list[SkipExample] = []
+    examples: list[dict] = []
     for s in out.done:
         for reason, n in s.skipped.items():
             by_reason[reason] += n
-        examples.extend(s.skip_examples)
-    return {
-        "total": sum(by_reason.values()), "by_reason": dict(by_reason),
-        "examples": [{"reason": e.reason, "task": e.task, "file": e.file, "line": e.line, "byte": e.byte}
-                     for e in examples[:SKIP_EXAMPLES]],
-    }
+        examples += [{"reason": e.reason, "task": s.task, "file": e.file, "line": e.line, "byte": e.byte}
+                     for e in s.skipped_examples[:SKIP_EXAMPLES - len(examples)]]
+    return {"total": sum(by_reason.values()), "by_reason": dict(by_reason), "examples": examples}
 
 
 def backend_numbers(out: Output) -> list[dict]:

@@ -13,8 +13,10 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, TypeVar
 
-from shardprep.records import Fields, load_json, printable
+from shardprep.inputs.readers import SkipExample
+from shardprep.records import Fields, load_json, printable, record
 from shardprep.shard.format import DTYPES, LAYOUTS
+from shardprep.shard.provenance import BackendRecord, TaskStats
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -177,11 +179,11 @@ class Sidecar(ShardTotals):
     dtype: str
     chunks: ChunkTable
     skipped: dict[str, int] = field(default_factory=dict)
-    skipped_examples: tuple[dict[str, Any], ...] = ()      # informational: reason, file, line, byte, detail
+    skipped_examples: tuple[SkipExample, ...] = ()        # informational: the first few skipped documents
     warnings: tuple[str, ...] = ()     # inputs that look binary or mis-encoded (inputs.health); written when any
     inputs: tuple[SidecarInput, ...] = ()
-    backend: dict[str, Any] = field(default_factory=dict)  # informational: name, version, requested, check
-    stats: dict[str, Any] = field(default_factory=dict)    # informational: elapsed_s, tokens_per_s, ...
+    backend: BackendRecord = field(default_factory=lambda: BackendRecord(None))   # informational
+    stats: TaskStats = field(default_factory=TaskStats)                          # informational
 
     @property
     def skipped_total(self) -> int:
@@ -189,8 +191,7 @@ class Sidecar(ShardTotals):
 
     @property
     def elapsed_s(self) -> float | None:
-        v = self.stats.get("elapsed_s")
-        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+        return self.stats.elapsed_s
 
     def summary(self) -> SidecarSummary:
         return SidecarSummary.holding(self, task=self.task, shard=self.shard, format_version=self.format_version,
@@ -203,12 +204,12 @@ class Sidecar(ShardTotals):
             "shard": self.shard, "plan_fingerprint": self.plan_fingerprint,
             "tokenizer_fingerprint": self.tokenizer_fingerprint, "layout": self.layout, "dtype": self.dtype,
             **self.totals_dict(), "chunks": self.chunks.to_dict(), "skipped": self.skipped,
-            "skipped_examples": [{k: printable(v) if type(v) is str else v for k, v in e.items()}
+            "skipped_examples": [{k: printable(v) if type(v) is str else v for k, v in e.to_dict().items()}
                                  for e in self.skipped_examples],
             **({"warnings": [printable(w) for w in self.warnings]} if self.warnings else {}),
             "inputs": [{"path": printable(i.path), "start": i.start, "end": i.end, "unit": i.unit,
                         "first_line": i.first_line} for i in self.inputs],
-            "backend": self.backend, "stats": self.stats,
+            "backend": self.backend.to_dict(), "stats": self.stats.to_dict(),
         }
 
     @classmethod
@@ -221,10 +222,10 @@ class Sidecar(ShardTotals):
             shard=f.str("shard"), plan_fingerprint=f.str("plan_fingerprint"),
             tokenizer_fingerprint=f.str("tokenizer_fingerprint"), layout=f.str("layout", choices=LAYOUTS),
             dtype=f.str("dtype", choices=tuple(DTYPES)), chunks=table, skipped=f.counts("skipped"),
-            skipped_examples=tuple(o.obj for o in f.objects("skipped_examples")),
+            skipped_examples=tuple(record(SkipExample, o, defaults=True) for o in f.objects("skipped_examples")),
             warnings=f.strs("warnings") if f.has("warnings") else (),
             inputs=tuple(_sidecar_input(o) for o in f.objects("inputs")),
-            backend=f.dict("backend"), stats=f.dict("stats"),
+            backend=BackendRecord.parse(f.obj_at("backend")), stats=TaskStats.parse(f.obj_at("stats")),
         )
         _check_totals(f, sidecar)
         return sidecar

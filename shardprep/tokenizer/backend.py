@@ -16,13 +16,16 @@ from __future__ import annotations
 import array
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
+from shardprep.shard.provenance import BackendRecord, CheckRecord
+
 if TYPE_CHECKING:  # pragma: no cover
     from shardprep.inputs.fastpath import DocBatch
+    from shardprep.shard.provenance import PlanCheck
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +160,7 @@ class Opened:
     backend: Backend
     requested: str                      # the --backend asked for
     candidate: bool                     # a fast backend: its shard stands only once ``check_candidate`` passed
-    load_failure: dict | None = None    # ``auto`` whose candidate did not load (``backend`` is then hf)
+    load_failure: CheckRecord | None = None   # ``auto`` whose candidate did not load (``backend`` is then hf)
 
 
 def open_backend(name: str, tokenizer_json: str, *, allow_special_tokens: bool) -> Opened:
@@ -172,7 +175,7 @@ def open_backend(name: str, tokenizer_json: str, *, allow_special_tokens: bool) 
     _check_name(name)
     if name == "hf":
         return Opened(BACKENDS["hf"](tokenizer_json, allow_special_tokens), name, candidate=False)
-    failure: dict | None = None
+    failure: CheckRecord | None = None
     for candidate in AUTO_CANDIDATES if name == "auto" else (name,):
         try:
             return Opened(BACKENDS[candidate](tokenizer_json, allow_special_tokens), name, candidate=True)
@@ -180,13 +183,13 @@ def open_backend(name: str, tokenizer_json: str, *, allow_special_tokens: bool) 
             if name != "auto":
                 raise TokenizerError(f"--backend={name}: {e}", hint="use --backend auto or --backend hf") from None
             log.warning("backend %s not used, falling back to hf: %s", candidate, e)
-            failure = {"passed": False, "candidate": candidate, "reason": str(e)}
+            failure = CheckRecord(False, candidate=candidate, reason=str(e))
     return Opened(BACKENDS["hf"](tokenizer_json, allow_special_tokens), name, candidate=False, load_failure=failure)
 
 
 def check_candidate(opened: Opened, tokenizer_json: str, *, allow_special_tokens: bool,
                     sample_texts: list[str] | None = None, recorded: list | None = None,
-                    plan_check: dict | None = None, fingerprint: str | None = None) -> dict:
+                    plan_check: PlanCheck | None = None, fingerprint: str | None = None) -> CheckRecord:
     """The ``backend.check`` record of an opened candidate: hard cases (unless ``plan_check``, job.json's
     ``backend_check``, applies: ``plan_check.usable_plan_check``), ``sample_texts`` and ``recorded``
     documents (label, text, the ids the candidate gave them) compared with ``hf``."""
@@ -197,12 +200,12 @@ def check_candidate(opened: Opened, tokenizer_json: str, *, allow_special_tokens
     reference = BACKENDS["hf"](tokenizer_json, allow_special_tokens)
     planned, ignored = usable_plan_check(plan_check, backend, reference, fingerprint=fingerprint,
                                          allow_special_tokens=allow_special_tokens)
-    return {"candidate": f"{backend.name} {backend.describe().get('version', '')}".strip(),
-            **verify_backend(backend, reference, tokenizer_json, sample_texts or [], planned=planned,
-                             planned_ignored=ignored, recorded=recorded)}
+    check = verify_backend(backend, reference, tokenizer_json, sample_texts or [], planned=planned,
+                           planned_ignored=ignored, recorded=recorded)
+    return replace(check, candidate=f"{backend.name} {backend.describe().get('version', '')}".strip())
 
 
-def backend_record(opened: Opened, check: dict | None) -> dict:
+def backend_record(opened: Opened, check: CheckRecord | None) -> BackendRecord:
     """The sidecar's ``backend``: what wrote the shard, what was asked for, and the check.
 
     A candidate whose ``check`` failed fails here when it was asked for by name (ids must never
@@ -213,25 +216,23 @@ def backend_record(opened: Opened, check: dict | None) -> dict:
 
     if not opened.candidate:
         failure = opened.load_failure
-        return {**opened.backend.describe(), "requested": opened.requested, "check": failure,
-                **({"fallback_reason": failure["reason"]} if failure else {})}
+        return BackendRecord(opened.backend.name, opened.backend.describe().get("version"), opened.requested,
+                             failure, failure.reason if failure else None)
     assert check is not None
-    if check["passed"]:
-        return {**opened.backend.describe(), "requested": opened.requested, "check": check}
+    if check.passed:
+        return BackendRecord(opened.backend.name, opened.backend.describe().get("version"), opened.requested, check)
     if opened.requested != "auto":
-        raise TokenizerError(f"--backend={opened.requested} does not reproduce the hf ids: {check['reason']}",
+        raise TokenizerError(f"--backend={opened.requested} does not reproduce the hf ids: {check.reason}",
                              hint="use --backend auto (falls back to hf) or --backend hf")
-    log.warning("backend %s does not reproduce the hf ids (%s); falling back to hf", opened.backend.name,
-                check["reason"])
+    log.warning("backend %s does not reproduce the hf ids (%s); falling back to hf", opened.backend.name, check.reason)
     import tokenizers
 
-    return {"name": "hf", "version": tokenizers.__version__, "requested": opened.requested, "check": check,
-            "fallback_reason": check["reason"]}
+    return BackendRecord("hf", tokenizers.__version__, opened.requested, check, check.reason)
 
 
 def select_backend(name: str, tokenizer_json: str, *, allow_special_tokens: bool,
-                   sample_texts: list[str] | None = None, plan_check: dict | None = None,
-                   fingerprint: str | None = None) -> tuple[Backend, dict]:
+                   sample_texts: list[str] | None = None, plan_check: PlanCheck | None = None,
+                   fingerprint: str | None = None) -> tuple[Backend, BackendRecord]:
     """The backend to use and its record, checked up front on hard cases and ``sample_texts``
     (``doctor`` and tools; a task checks while it encodes instead: ``open_backend``)."""
     opened = open_backend(name, tokenizer_json, allow_special_tokens=allow_special_tokens)
@@ -240,6 +241,6 @@ def select_backend(name: str, tokenizer_json: str, *, allow_special_tokens: bool
         check = check_candidate(opened, tokenizer_json, allow_special_tokens=allow_special_tokens,
                                 sample_texts=sample_texts, plan_check=plan_check, fingerprint=fingerprint)
     record = backend_record(opened, check)
-    if record["name"] == opened.backend.name:
+    if record.name == opened.backend.name:
         return opened.backend, record
     return BACKENDS["hf"](tokenizer_json, allow_special_tokens), record

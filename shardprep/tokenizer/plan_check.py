@@ -23,7 +23,9 @@ What a task trusts, and why that loses no safety:
 
 from __future__ import annotations
 
+from shardprep.shard.provenance import Mismatch, PlanCheck
 from shardprep.tokenizer.verify_backend import _Encoder, byte_alphabet_outliers, compare_ids, hard_cases
+
 
 def _label(backend: _Encoder | None, name: str) -> str:
     if backend is None:
@@ -32,7 +34,8 @@ def _label(backend: _Encoder | None, name: str) -> str:
     return f"{info['name']} {info.get('version', '')}".strip()
 
 
-def check_at_plan(tokenizer_json: str, *, backend: str, allow_special_tokens: bool, fingerprint: str) -> dict | None:
+def check_at_plan(tokenizer_json: str, *, backend: str, allow_special_tokens: bool,
+                  fingerprint: str) -> PlanCheck | None:
     """The plan-time record for ``job.json`` (None for ``--backend hf``, which has nothing to check).
 
     A candidate that cannot load here is recorded as a failure without a version: no task trusts it
@@ -49,37 +52,24 @@ def check_at_plan(tokenizer_json: str, *, backend: str, allow_special_tokens: bo
     try:
         candidate = BACKENDS[name](tokenizer_json, allow_special_tokens)
     except Exception as e:  # not installed, or cannot represent this tokenizer
-        mismatch: dict | None = {"reason": f"{name} did not load at plan time: {e}"}
+        difference: tuple[str, Mismatch | None] | None = (f"{name} did not load at plan time: {e}", None)
     else:
-        mismatch = compare_ids(candidate, reference, fixed)
-    record: dict = {
-        "candidate": _label(candidate, name),
-        "reference": _label(reference, "hf"),
-        "tokenizer_fingerprint": fingerprint,
-        "allow_special_tokens": allow_special_tokens,
-        "load_dependent": bool(byte_alphabet_outliers(tokenizer_json)),
-        "hard_cases": len(fixed),
-        "passed": mismatch is None,
-    }
-    if mismatch is not None:
-        record["reason"] = mismatch.pop("reason")
-        if mismatch:
-            record["mismatch"] = mismatch
-    return record
+        difference = compare_ids(candidate, reference, fixed)
+    reason, mismatch = difference if difference is not None else (None, None)
+    return PlanCheck(_label(candidate, name), _label(reference, "hf"), fingerprint, allow_special_tokens,
+                     bool(byte_alphabet_outliers(tokenizer_json)), len(fixed), difference is None, reason, mismatch)
 
 
-def usable_plan_check(record: dict | None, candidate: _Encoder, reference: _Encoder, *, fingerprint: str | None,
-                      allow_special_tokens: bool) -> tuple[dict | None, str]:
+def usable_plan_check(record: PlanCheck | None, candidate: _Encoder, reference: _Encoder, *,
+                      fingerprint: str | None, allow_special_tokens: bool) -> tuple[PlanCheck | None, str]:
     """``(record, "")`` when this task may take the plan's hard-case outcome, else ``(None, why not)``."""
     if record is None or fingerprint is None:
         return None, ""
     wanted = {"candidate": _label(candidate, ""), "reference": _label(reference, ""),
               "tokenizer_fingerprint": fingerprint, "allow_special_tokens": allow_special_tokens}
     for key, value in wanted.items():
-        if record.get(key) != value:
-            return None, f"the plan's check used {key} {record.get(key)!r}, this task has {value!r}"
-    if record.get("passed") is True and record.get("load_dependent") is not False:
+        if getattr(record, key) != value:
+            return None, f"the plan's check used {key} {getattr(record, key)!r}, this task has {value!r}"
+    if record.passed and record.load_dependent:
         return None, "this vocabulary's duplicate byte spellings resolve per load, so every load is checked"
-    if not isinstance(record.get("passed"), bool) or not isinstance(record.get("hard_cases"), int):
-        return None, "the plan's check record is incomplete"
     return record, ""

@@ -16,10 +16,15 @@ from __future__ import annotations
 import json
 import re
 import time
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import orjson
+
+from shardprep.shard.provenance import CheckRecord, Mismatch
+
+if TYPE_CHECKING:  # pragma: no cover
+    from shardprep.shard.provenance import PlanCheck
 
 DEFAULT_SAMPLE_DOCS = 128
 DEFAULT_SAMPLE_CHARS = 128 * 1024
@@ -215,42 +220,41 @@ def _per_doc(flat: np.ndarray, lengths: np.ndarray) -> list[np.ndarray]:
     return np.split(flat, np.cumsum(lengths)[:-1]) if len(lengths) else []
 
 
-def _mismatch(cases: list[tuple[str, str]], expected_docs: list[np.ndarray], got_docs: list[np.ndarray]) -> dict:
-    """A description of the first document whose ids differ."""
+Difference = tuple[str, Mismatch | None]     # (why, the first document that differed when one did)
+
+
+def _mismatch(cases: list[tuple[str, str]], expected_docs: list[np.ndarray],
+              got_docs: list[np.ndarray]) -> Difference:
+    """The first document whose ids differ."""
     for i, (exp, got) in enumerate(zip(expected_docs, got_docs)):
         if np.array_equal(exp, got):
             continue
         pos = _first_difference(exp, got)
         lo = max(0, pos - _SHOW_IDS)
         label = cases[i][0]
-        return {
-            "reason": f"ids differ on {label} at token {pos} ({len(got)} vs {len(exp)} tokens)",
-            "case": label,
-            "text": cases[i][1][:_SHOW_CHARS],
-            "token": pos,
-            "expected": exp[lo:pos + _SHOW_IDS].tolist(),
-            "got": got[lo:pos + _SHOW_IDS].tolist(),
-        }
-    return {"reason": "ids differ"}  # pragma: no cover - array_equal and per-document equality disagree
+        return (f"ids differ on {label} at token {pos} ({len(got)} vs {len(exp)} tokens)",
+                Mismatch(label, cases[i][1][:_SHOW_CHARS], pos, tuple(exp[lo:pos + _SHOW_IDS].tolist()),
+                         tuple(got[lo:pos + _SHOW_IDS].tolist())))
+    return "ids differ", None  # pragma: no cover - array_equal and per-document equality disagree
 
 
-def compare_ids(candidate: _Encoder, reference: _Encoder, cases: list[tuple[str, str]]) -> dict | None:
-    """Encode ``cases`` with both; None when identical, else a description of the first difference."""
+def compare_ids(candidate: _Encoder, reference: _Encoder, cases: list[tuple[str, str]]) -> Difference | None:
+    """Encode ``cases`` with both; None when identical, else the first difference."""
     texts = [t for _, t in cases]
     ref_flat, ref_len = reference.encode_batch(texts)
     try:
         got_flat, got_len = candidate.encode_batch(texts)
     except Exception as e:
-        return {"reason": f"{candidate.describe()['name']} raised {type(e).__name__}: {str(e)[:200]}"}
+        return f"{candidate.describe()['name']} raised {type(e).__name__}: {str(e)[:200]}", None
     if np.array_equal(ref_len, got_len) and np.array_equal(ref_flat, got_flat):
         return None
     expected_docs, got_docs = _per_doc(ref_flat, ref_len), _per_doc(got_flat, got_len)
     if len(expected_docs) != len(got_docs):
-        return {"reason": f"returned {len(got_docs)} documents for {len(expected_docs)} inputs"}
+        return f"returned {len(got_docs)} documents for {len(expected_docs)} inputs", None
     return _mismatch(cases, expected_docs, got_docs)
 
 
-def compare_recorded(reference: _Encoder, cases: list[tuple[str, str, np.ndarray]]) -> dict | None:
+def compare_recorded(reference: _Encoder, cases: list[tuple[str, str, np.ndarray]]) -> Difference | None:
     """``compare_ids`` for documents the candidate has already encoded: (label, text, the ids it gave)."""
     if not cases:
         return None
@@ -264,48 +268,39 @@ def compare_recorded(reference: _Encoder, cases: list[tuple[str, str, np.ndarray
 
 def verify_backend(candidate: _Encoder, reference: _Encoder, tokenizer_json: str, sample_texts: list[str], *,
                    max_sample_docs: int = DEFAULT_SAMPLE_DOCS, max_sample_chars: int = DEFAULT_SAMPLE_CHARS,
-                   planned: dict | None = None, planned_ignored: str = "",
-                   recorded: list[tuple[str, str, np.ndarray]] | None = None) -> dict:
+                   planned: PlanCheck | None = None, planned_ignored: str = "",
+                   recorded: list[tuple[str, str, np.ndarray]] | None = None) -> CheckRecord:
     """Compare ``candidate`` with ``reference`` on the hard cases, a sample of ``sample_texts`` and the
     ``recorded`` documents (ones the candidate already encoded in the task: label, text, its ids).
 
     ``planned`` is the plan's hard-case outcome when this task may trust it (``plan_check``): the hard
     cases are then not encoded again (a recorded failure fails at once); ``planned_ignored`` says why a
-    plan's record was not trusted.  Returns the record stored in the sidecar's ``backend.check``:
-    ``passed``, what was compared, where the hard cases were checked (``plan`` or ``task``), how long it
-    took and, on failure, ``reason`` and the first mismatch.
+    plan's record was not trusted.  Returns the sidecar's ``backend.check``: ``passed``, what was compared,
+    where the hard cases were checked (``plan`` or ``task``), how long it took and, on failure, ``reason``
+    and the first mismatch.
     """
     started = time.perf_counter()
     ref = reference.describe()
-    record: dict = {"passed": False, "reference": f"{ref['name']} {ref.get('version', '')}".strip()}
-    if planned is not None and not planned["passed"]:
-        record.update(hard_cases=planned["hard_cases"], hard_cases_checked="plan", sample_documents=0,
-                      sample_chars=0, elapsed_s=round(time.perf_counter() - started, 3),
-                      reason=f"{planned['reason']} (hard cases checked at plan time)")
-        if "mismatch" in planned:
-            record["mismatch"] = planned["mismatch"]
-        return record
+    label = f"{ref['name']} {ref.get('version', '')}".strip()
+    if planned is not None and not planned.passed:
+        return CheckRecord(False, reference=label, hard_cases=planned.hard_cases, hard_cases_checked="plan",
+                           sample_documents=0, sample_chars=0, elapsed_s=round(time.perf_counter() - started, 3),
+                           reason=f"{planned.reason} (hard cases checked at plan time)", mismatch=planned.mismatch)
     fixed = [] if planned is not None else hard_cases(tokenizer_json)
     picked = sample_of(sample_texts, max_docs=max_sample_docs, max_chars=max_sample_chars)
     cases = fixed + [(f"task document {i} of the first batch", sample_texts[i]) for i in picked]
     recorded = recorded or []
-    mismatch = compare_ids(candidate, reference, cases) if cases else None
-    if mismatch is None:
-        mismatch = compare_recorded(reference, recorded)
-    record.update(
-        passed=mismatch is None,
-        hard_cases=planned["hard_cases"] if planned is not None else len(fixed),
+    difference = compare_ids(candidate, reference, cases) if cases else None
+    if difference is None:
+        difference = compare_recorded(reference, recorded)
+    reason, mismatch = difference if difference is not None else (None, None)
+    return CheckRecord(
+        difference is None, reference=label,
+        hard_cases=planned.hard_cases if planned is not None else len(fixed),
         hard_cases_checked="plan" if planned is not None else "task",
-        sample_documents=len(picked),
-        sample_chars=sum(len(sample_texts[i]) for i in picked),
+        sample_documents=len(picked), sample_chars=sum(len(sample_texts[i]) for i in picked),
         elapsed_s=round(time.perf_counter() - started, 3),
-    )
-    if recorded:     # documents from every batch of the task, with the ids it wrote (job.encode.Sampler)
-        record.update(spread_documents=len(recorded), spread_chars=sum(len(t) for _, t, _ in recorded))
-    if planned_ignored:
-        record["plan_check_ignored"] = planned_ignored
-    if mismatch is not None:
-        record["reason"] = mismatch.pop("reason")
-        if mismatch:
-            record["mismatch"] = mismatch
-    return record
+        # documents from every block of the task, with the ids it wrote (job.encode.Sampler)
+        spread_documents=len(recorded) if recorded else None,
+        spread_chars=sum(len(t) for _, t, _ in recorded) if recorded else None,
+        plan_check_ignored=planned_ignored or None, reason=reason, mismatch=mismatch)

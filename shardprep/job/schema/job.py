@@ -31,6 +31,7 @@ from shardprep.records import Fields, json_path, load_json, path_from_json, prin
 from shardprep.shard.sidecar import SidecarInput
 from shardprep.shard.format import PLAN_FORMAT_VERSION, PLAN_RECORDS_FILE, PLAN_TABLE_FILE
 from shardprep.tokenizer.load import TokenizerInfo
+from shardprep.shard.provenance import PlanCheck
 
 CREATED_BY = f"shardprep {__version__}"
 
@@ -221,7 +222,7 @@ class Job:
     lustre: dict[str, Any] | None = None      # the Lustre layout applied to the output (not fingerprinted)
     sizing: Sizing | None = None              # the rule that chose the task size, and why (job.sizing)
     # the backend check's hard cases, run once at plan time (tokenizer.plan_check; not fingerprinted)
-    backend_check: dict[str, Any] | None = None
+    backend_check: PlanCheck | None = None
     format_version: int = PLAN_FORMAT_VERSION
     created_by: str = CREATED_BY
     seal: dict[str, str] | None = None        # digests of the SEALED sections (None: planned before the seal)
@@ -252,7 +253,7 @@ class Job:
         if self.sizing is not None:
             d["sizing"] = self.sizing.to_dict()
         if self.backend_check is not None:
-            d["backend_check"] = self.backend_check
+            d["backend_check"] = self.backend_check.to_dict()
         if self.seal is not None:
             d["seal"] = self.seal
         return d
@@ -273,7 +274,7 @@ class Job:
             plan=record(PlanFiles, p),
             lustre=f.dict("lustre") if f.has("lustre") else None,
             sizing=_sizing(f.obj_at("sizing")) if f.has("sizing") else None,
-            backend_check=f.dict("backend_check") if f.has("backend_check") else None,
+            backend_check=PlanCheck.parse(f.obj_at("backend_check")) if f.has("backend_check") else None,
             format_version=version,
             created_by=f.str("created_by"),
         )

@@ -1,9 +1,12 @@
-"""Per-task logs (``OUTPUT/logs/task-NNNNN.log``): when each attempt started and ended, and how.
+"""Per-task logs (``OUTPUT/logs/task-NNNNN.log``): the lines a task writes that others read, and reading
+them back: when each attempt started and ended, and how.
 
 Sidecars say how long a *finished* task took but not when it ran, and a task without a sidecar has only
 its log: whether it started, is still going, failed (and why) or was stopped for requeue.  Every executor
 writes the same file (``job.task._task_log``), appending one run per attempt, so this reads the
-executor-independent record rather than Slurm's ``%A_%a.out`` files.
+executor-independent record rather than Slurm's ``%A_%a.out`` files.  The messages ``status`` and
+``report`` rely on are declared here (``STARTED``, ``BACKEND``, ``DONE``, ``FAILED``): the task logs
+through them and the reader's patterns are built from them, so rewording one cannot break the other.
 
 ``status`` reads every log of a job (10,000 tasks: 10,000 logs), so :func:`read_task_logs` can bound what it
 reads of each: the first record's timestamp (when the task first started) and the last ``tail_bytes``
@@ -22,12 +25,28 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+# The task's messages that this module reads back (``logging`` %-formats; the task logs through them).
+STARTED = "task %d: %s"              # an attempt's first line: its inputs ("task 3: /data/a.txt[0:None]")
+BACKEND = "task %d: backend %s"      # what encodes (logged again once checked); not a start
+DONE = "task %d done: %d documents, %d tokens, %d bytes, %d skipped, %.1fs"
+FAILED = "task %d failed: %s"
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
 LOG_NAME_RE = re.compile(r"^task-(\d{5,})\.log$")
 _RECORD_RE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) (\w+) [\w.]+: (.*)$")
-# The first line of an attempt lists its inputs ("task 3: /data/a.txt[0:None]"); later "task 3: backend ...".
-_START_RE = re.compile(r"^task (\d+): (?!backend )")
-_DONE_RE = re.compile(r"^task (\d+) done: ")
-_FAILED_RE = re.compile(r"^task (\d+) failed: (.*)$")
+
+
+def _prefix(message: str) -> str:
+    """The regex of a message's fixed start, up to its second placeholder: ``task %d done: %d ...`` ->
+    ``^task (\\d+) done: ``."""
+    cut = message.index("%d") + 2
+    head = message[:cut] + message[cut:].split("%", 1)[0]
+    return "^" + re.escape(head).replace("%d", r"(\d+)")
+
+
+_START_RE = re.compile(_prefix(STARTED) + "(?!" + re.escape(BACKEND.split("%s")[0].split(": ", 1)[1]) + ")")
+_DONE_RE = re.compile(_prefix(DONE))
+_FAILED_RE = re.compile(_prefix(FAILED) + "(.*)$")
 TAIL_BYTES = 64 << 10    # what ``status`` reads of a log past its first line: the last attempt, in practice
 
 
