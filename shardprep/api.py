@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 from shardprep.job.options import PlanOptions, TokenizeOptions
 from shardprep.inputs.discover import discover_inputs
 from shardprep.inputs.fields import require_text_field
-from shardprep.job.plan import Plan, existing_plan, make_plan, require_documents_possible, write_plan
+from shardprep.job.plan import Plan, existing_plan, require_documents_possible, write_plan
 from shardprep.job.sizing import choose_sizing
 from shardprep.shard.format import JOB_FILE
 from shardprep.job.schema import Job
@@ -64,19 +64,19 @@ def _plan_job(inputs: Sequence[str | Path], output: Path, tokenizer: str | Path,
         from shardprep.errors import TokenizerError
 
         raise TokenizerError(f"tokenizer {tokenizer} has no BOS token", hint="name one with --bos-token")
-    previous = None if overwrite else existing_plan(output / JOB_FILE)
+    previous = existing_plan(output / JOB_FILE)          # read once: the sizing to keep, the plan to compare
     sizing = choose_sizing(found, resolved, options, plan_options, task_slots,
-                           previous if isinstance(previous, Job) else None)
+                           previous if isinstance(previous, Job) and not overwrite else None)
     backend_check = check_at_plan(resolved.json, backend=options.backend,
                                   allow_special_tokens=options.allow_special_tokens,
-                                  fingerprint=resolved.info.fingerprint)
-    plan = make_plan(found, resolved, options, PlanOptions(target_task_bytes=sizing.target_task_bytes), sizing,
-                     backend_check)
+                                  fingerprint=resolved.info.fingerprint,
+                                  reference=resolved.reference(options.allow_special_tokens))
+    plan = Plan(found, resolved, options, sizing, backend_check)
     lustre: dict[str, Any] | None = None
     if prepare_dir is not None:
         if is_unused_dir(output):      # new: only the lock file in it
             lustre = prepare_dir(output)
-    job = write_plan(output, plan, overwrite=overwrite, lustre=lustre)
+    job = write_plan(output, plan, previous=previous, overwrite=overwrite, lustre=lustre)
     log.info("planned %d input(s) into %d task(s) in %s", len(found), job.n_tasks, output)
     return plan, job
 

@@ -50,7 +50,7 @@ def test_every_byte_of_every_input_is_planned_exactly_once(tmp_path_factory, fil
         else:
             (d / f"f{k:02d}.txt").write_bytes(data)
     inputs = discover_inputs([str(d)])
-    tasks = split_into_tasks(inputs, PlanOptions(target_task_bytes=target), TokenizeOptions())
+    tasks = split_into_tasks(inputs, target, TokenizeOptions())
     covered: dict[int, list[tuple[int, int]]] = {}
     for task in tasks:
         for w in task:
@@ -150,7 +150,9 @@ def test_shard_ratio_is_sampled_from_text_inputs_only(tmp_path, sample_tokenizer
     (tmp_path / "a.jsonl").write_text("".join(orjson.dumps({"text": "hello world " * 20, "id": i}).decode() + "\n"
                                               for i in range(200)))
     (tmp_path / "b.txt.gz").write_bytes(gzip.compress(b"hello world\n" * 100))
-    tok = sample_tokenizer.read_text()
+    from shardprep.tokenizer.backend import HFBackend
+
+    tok = HFBackend(sample_tokenizer.read_text())
     inputs = discover_inputs([str(tmp_path)])
     ratio = sample_shard_ratio(inputs, tok, TokenizeOptions(), 2)
     assert ratio is not None and 0.05 < ratio < 2
@@ -218,3 +220,43 @@ def test_a_replan_keeps_the_auto_sizing_whatever_the_cluster_now_has(tmp_path, s
                         overwrite=True)
     # 6 MB over 64 slots with a 1 MiB floor: as many floor-sized tasks as the data holds
     assert fresh.sizing is not None and fresh.sizing.parallel_tasks == 64 and fresh.n_tasks == 5
+
+
+def test_a_plan_parses_its_tokenizer_once_and_job_json_at_most_once(tmp_path, sample_tokenizer, monkeypatch):
+    """Issue 24 (decide once): planning loads the hf tokenizer once (resolving it, the shard-ratio sample and
+    the plan-time check share it) and reads the job.json already in the output once (the sizing to keep
+    and the plan to compare come from the same read); the sizing is decided once and job.json keeps the
+    number twice only for old readers (``plan_options``, derived from ``sizing``)."""
+    import tokenizers
+
+    from shardprep.job.schema import Job
+
+    (tmp_path / "a.jsonl").write_text("".join(orjson.dumps({"text": f"document {i} " * 20}).decode() + "\n"
+                                              for i in range(300)))
+    real_tokenizer, real_parse = tokenizers.Tokenizer, Job.parse
+    calls = {"from_str": 0, "parse": 0}
+
+    class Counting:
+        @staticmethod
+        def from_str(text):
+            calls["from_str"] += 1
+            return real_tokenizer.from_str(text)
+
+        @staticmethod
+        def from_file(path):
+            calls["from_str"] += 1
+            return real_tokenizer.from_file(path)
+
+    def parse(data, where):
+        calls["parse"] += 1
+        return real_parse(data, where)
+
+    monkeypatch.setattr(tokenizers, "Tokenizer", Counting)
+    monkeypatch.setattr(Job, "parse", staticmethod(parse))
+    out = tmp_path / "out"
+    plan_job([tmp_path], out, sample_tokenizer, TokenizeOptions(backend="hf"), task_slots=(2, "test"))
+    assert calls == {"from_str": 1, "parse": 0}
+    plan_job([tmp_path], out, sample_tokenizer, TokenizeOptions(backend="hf"), task_slots=(2, "test"))  # again
+    assert calls == {"from_str": 2, "parse": 1}
+    stored = orjson.loads((out / "job.json").read_bytes())
+    assert stored["plan_options"]["target_task_bytes"] == stored["sizing"]["target_task_bytes"]

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardprep.job.options import PlanOptions, TokenizeOptions
+from shardprep.job.options import TokenizeOptions
+from shardprep.job.sizing import Sizing
 from shardprep.inputs.discover import InputFile, discover_inputs
 from shardprep.inputs.readers import SkipLog, WorkItem, iter_documents
 from shardprep.job.state import format_array_ranges, parse_array_ranges
@@ -36,7 +37,7 @@ def test_split_ranges_read_every_document_exactly_once(tmp_path_factory, lines, 
     path = tmp_path_factory.mktemp("split") / "in.txt"
     path.write_bytes(("\n".join(lines) + ("\n" if trailing else "")).encode("utf-8"))
     inputs = discover_inputs([str(path)])
-    tasks = split_into_tasks(inputs, PlanOptions(target_task_bytes=target), TokenizeOptions(txt_mode=mode))
+    tasks = split_into_tasks(inputs, target, TokenizeOptions(txt_mode=mode))
     items = [it for t in tasks for it in t]
     assert items[0].start == 0 and items[-1].end in (None, inputs[0].size)
     assert all(a.end == b.start for a, b in zip(items, items[1:]))
@@ -48,10 +49,10 @@ def test_split_ranges_read_every_document_exactly_once(tmp_path_factory, lines, 
 def test_small_files_pack_by_bytes_and_a_small_leftover_joins_the_task_before_it(tmp_path):
     for i, size in enumerate([10, 10, 10, 50, 5, 5]):
         (tmp_path / f"{i}.txt").write_text("x" * (size - 1) + "\n")
-    tasks = split_into_tasks(discover_inputs([str(tmp_path)]), PlanOptions(30), TokenizeOptions())
+    tasks = split_into_tasks(discover_inputs([str(tmp_path)]), 30, TokenizeOptions())
     # file 3 (one 50-byte line) cannot be cut; the 10-byte pack of files 4 and 5 joins the task before it
     assert [[w.input for w in t] for t in tasks] == [[0, 1, 2], [3, 4, 5]]
-    one_each = split_into_tasks(discover_inputs([str(tmp_path)]), PlanOptions(None), TokenizeOptions())
+    one_each = split_into_tasks(discover_inputs([str(tmp_path)]), None, TokenizeOptions())
     assert [[w.input for w in t] for t in one_each] == [[i] for i in range(6)]
 
 
@@ -78,7 +79,8 @@ def test_streamed_fingerprint_is_the_whole_body_hash(specs, target, add_bos, bac
               for k, (fmt, comp, size, mtime) in enumerate(specs)]
     info = TokenizerInfo("tok.json", "f" * 64, 50257, "uint16", "<|endoftext|>", 50256, None, None, None, None)
     opts = TokenizeOptions(add_bos=add_bos, bos_token="<s>" if add_bos else None, backend=backend)
-    plan = Plan(inputs, ResolvedTokenizer("{}", info), opts, PlanOptions(target))   # no split: target >= sizes
+    sizing = Sizing("target" if target else "one-file-per-task", target, "test")
+    plan = Plan(inputs, ResolvedTokenizer("{}", info), opts, sizing)   # no split: target >= sizes
     streamed = Fingerprint(plan.inputs, plan.options, plan.tokenizer.info)
     tasks = list(plan.iter_tasks())
     streamed.add(tasks[:1])           # fed in batches of any size

@@ -60,11 +60,8 @@ def _flag(action: argparse.Action, value: Any) -> str:
 
 def _frozen_values(job: Job) -> dict[str, Any]:
     """The plan options a frozen plan records, by argparse dest."""
-    values: dict[str, Any] = {**job.options.to_dict(), "target_task_bytes": job.plan_options.target_task_bytes}
-    if job.sizing is not None:
-        values["one_file_per_task"] = job.sizing.rule == "one-file-per-task"
-        values["parallel_tasks"] = job.sizing.parallel_tasks
-    return values
+    return {**job.options.to_dict(), "target_task_bytes": job.target_task_bytes,
+            "one_file_per_task": job.sizing.rule == "one-file-per-task", "parallel_tasks": job.sizing.parallel_tasks}
 
 
 def refuse_unapplied_options(args: argparse.Namespace, output: Path, job: Job) -> None:

@@ -80,12 +80,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def sizing_line(job: Job) -> str:
-    """The task shape the plan used and why (plans from before the sizing rule have no record of it)."""
+    """The task shape the plan used and why."""
     from shardprep.job.sizing import describe
 
-    if job.sizing is None:
-        target = job.plan_options.target_task_bytes
-        return f"sizing: {'one file per task' if target is None else f'target {target:,} bytes per task'}"
     return describe(job.sizing, job.n_tasks)
 
 

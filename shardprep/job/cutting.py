@@ -13,7 +13,7 @@ from typing import IO, Iterator
 
 from shardprep.inputs.discover import InputFile
 from shardprep.inputs.readers import WorkItem
-from shardprep.job.options import PlanOptions, TokenizeOptions
+from shardprep.job.options import TokenizeOptions
 
 
 # -- splitting ------------------------------------------------------------------------------------------
@@ -150,15 +150,14 @@ class _Packer:
             yield self.held
 
 
-def iter_tasks(inputs: list[InputFile], popts: PlanOptions, opts: TokenizeOptions) -> Iterator[list[WorkItem]]:
-    """Assign work items to tasks, one task at a time, in input order.
+def iter_tasks(inputs: list[InputFile], target: int | None, opts: TokenizeOptions) -> Iterator[list[WorkItem]]:
+    """Assign work items to tasks at a target of input bytes per task, one task at a time, in input order.
 
-    ``target_task_bytes`` None: one input file per task.  Otherwise files larger than the target are split
+    ``target`` None: one input file per task.  Otherwise files larger than the target are split
     into equal pieces (text on line/paragraph boundaries, parquet on row groups, arrow on rows; compressed
     files cannot be split and stay whole), and smaller files are packed together into packs of half the
     target to the target (``_Packer``).
     """
-    target = popts.target_task_bytes
     if target is None:
         yield from ([_whole(i, inp)] for i, inp in enumerate(inputs))
         return
@@ -173,9 +172,9 @@ def iter_tasks(inputs: list[InputFile], popts: PlanOptions, opts: TokenizeOption
     yield from packer.finish()
 
 
-def split_into_tasks(inputs: list[InputFile], popts: PlanOptions, opts: TokenizeOptions) -> list[list[WorkItem]]:
+def split_into_tasks(inputs: list[InputFile], target: int | None, opts: TokenizeOptions) -> list[list[WorkItem]]:
     """``iter_tasks`` as a list (for small plans and tests)."""
-    return list(iter_tasks(inputs, popts, opts))
+    return list(iter_tasks(inputs, target, opts))
 
 
 # -- balanced: n tasks of equal bytes (the default rule) ----------------------------------------------------

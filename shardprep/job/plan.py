@@ -24,7 +24,7 @@ from typing import Iterator
 
 import orjson
 
-from shardprep.job.options import PlanOptions, TokenizeOptions
+from shardprep.job.options import TokenizeOptions
 from shardprep.errors import InputDataError, PlanConflictError, RecordError
 from shardprep.storage.atomic import atomic_writer, fsync_dir, temp_name_for, write_json_atomic
 from shardprep.inputs.discover import InputFile, is_shardprep_plan
@@ -50,21 +50,14 @@ class Plan:
     inputs: list[InputFile]
     tokenizer: ResolvedTokenizer
     options: TokenizeOptions
-    plan_options: PlanOptions            # as resolved: target_task_bytes is the one the tasks were cut with
-    sizing: Sizing | None = None         # which rule chose that target, and why (job.json ``sizing``)
+    sizing: Sizing                       # the task size decided once (job.sizing), and why (job.json ``sizing``)
     backend_check: PlanCheck | None = None    # tokenizer.plan_check's record, stored in job.json
 
     def iter_tasks(self) -> Iterator[list[WorkItem]]:
-        n = None if self.sizing is None else balanced_tasks(self.sizing, sum(i.size for i in self.inputs))
+        n = balanced_tasks(self.sizing, sum(i.size for i in self.inputs))
         if n is not None:
             return iter_balanced(self.inputs, n, self.options)
-        return iter_tasks(self.inputs, self.plan_options, self.options)
-
-
-def make_plan(inputs: list[InputFile], tokenizer: ResolvedTokenizer, options: TokenizeOptions,
-              plan_options: PlanOptions, sizing: Sizing | None = None,
-              backend_check: PlanCheck | None = None) -> Plan:
-    return Plan(inputs, tokenizer, options, plan_options, sizing, backend_check)
+        return iter_tasks(self.inputs, self.sizing.target_task_bytes, self.options)
 
 
 # -- writing / conflicts ----------------------------------------------------------------------------------
@@ -98,8 +91,8 @@ def _write_records(plan: Plan, staging: Path, lustre: dict | None) -> Job:
     summary = PlanSummary(len(plan.inputs), sum(i.size for i in plan.inputs), writer.n_tasks)
     files = PlanFiles(PLAN_RECORDS_FILE, PLAN_TABLE_FILE, root, table_sha256, fingerprint.inputs_sha256,
                       fingerprint.paths_sha256)
-    return Job(fingerprint.hexdigest(), summary, plan.tokenizer.info, plan.options, plan.plan_options, files, lustre,
-               sizing=plan.sizing, backend_check=plan.backend_check).sealed()
+    return Job(fingerprint.hexdigest(), summary, plan.tokenizer.info, plan.options, plan.sizing, files, lustre,
+               backend_check=plan.backend_check).sealed()
 
 
 def _changed_inputs(output: Path, old: Job, plan: Plan) -> list[str]:
@@ -254,10 +247,12 @@ def _commit(output: Path, staging: Path, plan: Plan, job: Job) -> None:
     write_json_atomic(output / JOB_FILE, job.to_dict())
 
 
-def write_plan(output: Path, plan: Plan, *, overwrite: bool = False, lustre: dict | None = None) -> Job:
+def write_plan(output: Path, plan: Plan, *, previous: Job | str | None = None, overwrite: bool = False,
+               lustre: dict | None = None) -> Job:
     """Freeze ``plan`` into ``output`` (creating it), or accept an identical existing plan.
 
-    ``lustre`` records the Lustre layout applied (not fingerprinted).  Returns the job as stored.
+    ``previous`` is the plan already there (``existing_plan``, read once by the caller); ``lustre``
+    records the Lustre layout applied (not fingerprinted).  Returns the job as stored.
     Raises PlanConflictError when a different plan is already there.  The records are written to a
     hidden staging directory first (the fingerprint is known only once every task was generated).
     """
@@ -265,7 +260,7 @@ def write_plan(output: Path, plan: Plan, *, overwrite: bool = False, lustre: dic
     staging = temp_name_for(output / PLAN_DIR)
     try:
         job = _write_records(plan, staging, lustre)
-        old = existing_plan(output / JOB_FILE)
+        old = previous
         if isinstance(old, Job) and old.fingerprint == job.fingerprint:
             log.info("%s already holds this plan (%s); finished tasks will be skipped", output, job.fingerprint[:12])
             return old

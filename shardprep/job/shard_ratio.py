@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
 from shardprep.inputs.discover import InputFile
 from shardprep.inputs.readers import SkipLog, WorkItem, iter_documents
 from shardprep.job.options import TokenizeOptions
+
+if TYPE_CHECKING:  # pragma: no cover
+    from shardprep.tokenizer.backend import Backend
 
 log = logging.getLogger(__name__)
 
@@ -46,16 +49,14 @@ def _sampled(inputs: Sequence[InputFile]) -> list[tuple[int, InputFile]]:
     return [text[int(k * step)] for k in range(SAMPLE_FILES)]
 
 
-def sample_shard_ratio(inputs: Sequence[InputFile], tokenizer_json: str, options: TokenizeOptions,
+def sample_shard_ratio(inputs: Sequence[InputFile], backend: Backend, options: TokenizeOptions,
                        id_bytes: int) -> float | None:
-    """Tokens x ``id_bytes`` per input byte over the heads of up to ``SAMPLE_FILES`` text inputs; None when
-    nothing could be sampled (no uncompressed text input, or no document in the sample)."""
-    from shardprep.tokenizer.backend import HFBackend
-
+    """Tokens x ``id_bytes`` per input byte over the heads of up to ``SAMPLE_FILES`` text inputs, encoded by
+    ``backend`` (the plan's hf reference); None when nothing could be sampled (no uncompressed text input,
+    or no document in the sample)."""
     picked = _sampled(inputs)
     if not picked:
         return None
-    backend = HFBackend(tokenizer_json, allow_special_tokens=options.allow_special_tokens)
     lenient = replace(options, strict=False)        # bad lines are the task's to report, not the plan's
     extra = int(options.add_eos) + int(options.add_bos)
     consumed = tokens = 0

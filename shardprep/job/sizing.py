@@ -144,13 +144,13 @@ def choose_sizing(inputs: Sequence[InputFile], tokenizer: ResolvedTokenizer, opt
     explicit = explicit_sizing(plan_options.target_task_bytes, plan_options.one_file_per_task)
     if explicit is not None:
         return explicit
-    if previous is not None and previous.sizing is not None and previous.sizing.rule == "auto" \
-            and plan_options.parallel_tasks is None:
+    if previous is not None and previous.sizing.rule == "auto" and plan_options.parallel_tasks is None:
         old = previous.sizing
         kept = "kept from the plan already in the output directory"
         return old if old.reason.startswith(kept) else replace(old, reason=f"{kept} ({old.reason})")
     if plan_options.parallel_tasks is not None:
         slots = (plan_options.parallel_tasks, "--parallel-tasks")
     n, why = slots or (usable_cpus(), "this machine's CPUs")
-    ratio = sample_shard_ratio(inputs, tokenizer.json, options, np.dtype(tokenizer.info.dtype).itemsize)
+    ratio = sample_shard_ratio(inputs, tokenizer.reference(options.allow_special_tokens), options,
+                               np.dtype(tokenizer.info.dtype).itemsize)
     return auto_sizing(inputs, n, why, ratio)

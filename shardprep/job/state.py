@@ -39,7 +39,7 @@ def read_frozen_tokenizer(output: Path, job: Job) -> str:
     except OSError as e:
         raise TokenizerError(f"{path} is not readable: {e.strerror}: the plan's frozen tokenizer is gone",
                              hint="restore it, or re-plan into a new output directory") from None
-    check_frozen_tokenizer(tok_json, job.tokenizer.to_dict(), path)
+    check_frozen_tokenizer(tok_json, job.tokenizer, path)
     return tok_json
 
 

@@ -170,8 +170,7 @@ def _describe(location: str, job: Job | None, index: Index | None, storage: Stor
                       tokenizer={**job.tokenizer.to_dict(), "add_eos": job.options.add_eos,
                                  "add_bos": job.options.add_bos},
                       tokenizer_json=tokenizer_json, chunk_tokens=job.options.chunk_tokens,
-                      target_task_bytes=job.plan_options.target_task_bytes,
-                      sizing_rule=job.sizing.rule if job.sizing is not None else "target")
+                      target_task_bytes=job.target_task_bytes, sizing_rule=job.sizing.rule)
     if index is not None:
         return Output(location=location, finalized=True, layout=index.layout, dtype=index.dtype,
                       fingerprint=index.plan_fingerprint, tokenizer=index.tokenizer.to_dict(),

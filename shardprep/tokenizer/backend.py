@@ -17,7 +17,7 @@ import array
 import logging
 import os
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -60,11 +60,13 @@ class HFBackend:
     # encoded at ~0.6x the speed of calls of 128-512 (docs/benchmarks.md, "hf backend").
     call_chars = 128 << 10
 
-    def __init__(self, tokenizer_json: str, *, allow_special_tokens: bool = False):
+    def __init__(self, tokenizer_json: str, *, allow_special_tokens: bool = False, tokenizer: Any = None):
+        """``tokenizer``: the ``tokenizers.Tokenizer`` already parsed from ``tokenizer_json`` (taken over:
+        the settings below are applied to it)."""
         import tokenizers
 
         self._version = tokenizers.__version__
-        self.tok = tokenizers.Tokenizer.from_str(tokenizer_json)
+        self.tok = tokenizer if tokenizer is not None else tokenizers.Tokenizer.from_str(tokenizer_json)
         self.tok.no_truncation()
         self.tok.no_padding()
         # Raw text must not inject control tokens: encode "<|endoftext|>" in text as plain text.

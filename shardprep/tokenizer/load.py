@@ -14,6 +14,7 @@ import logging
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -50,6 +51,19 @@ class ResolvedTokenizer:
     info: TokenizerInfo
     # how each of eos/bos/pad was chosen (printed by plan and doctor, never stored: see specials.py)
     choices: dict[str, SpecialChoice] = field(default_factory=dict)
+    loaded: Any = field(default=None, compare=False, repr=False)    # the tokenizers.Tokenizer parsed from json
+    _references: dict[bool, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def reference(self, allow_special_tokens: bool) -> Any:
+        """The ``hf`` backend of this tokenizer, parsed once per plan however many planning steps encode
+        with it (the shard-ratio sample, the plan-time check): a 128k vocabulary takes ~0.3 s to parse."""
+        if allow_special_tokens not in self._references:
+            from shardprep.tokenizer.backend import HFBackend
+
+            tok = self.loaded if self.loaded is not None and not self._references else None
+            self._references[allow_special_tokens] = HFBackend(self.json, allow_special_tokens=allow_special_tokens,
+                                                               tokenizer=tok)
+        return self._references[allow_special_tokens]
 
     def describe_specials(self) -> dict[str, str]:
         """``{kind: line}``: token, id and why, e.g. ``EOS '</s>' = 1 (post_processor: ...)``."""
@@ -57,11 +71,13 @@ class ResolvedTokenizer:
         return {k: self.choices[k].describe(k, ids[k]) for k in KINDS if k in self.choices}
 
 
-def _load_json_file(path: Path) -> str:
+def _load_json_file(path: Path) -> tuple[str, Any]:
+    """(the Rust serialisation, the parsed ``tokenizers.Tokenizer``) of a tokenizer.json."""
     from tokenizers import Tokenizer
 
     try:
-        return Tokenizer.from_file(str(path)).to_str()
+        tok = Tokenizer.from_file(str(path))
+        return tok.to_str(), tok
     except Exception as e:
         raise TokenizerError(
             f"{path} is not a fast-tokenizer JSON file ({e})",
@@ -110,7 +126,7 @@ def _hub_offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
 
 
-def _load_with_transformers(spec: str) -> tuple[str, dict[str, str]]:
+def _load_with_transformers(spec: str) -> tuple[str, dict[str, str], Any]:
     hub_id = not Path(spec).is_dir()
     unreachable = _hub_unreachable() if hub_id and not _hub_offline() else None
     AutoTokenizer = require("transformers", feature=f"loading tokenizer {spec!r} (a hub id, or a directory "
@@ -137,7 +153,7 @@ def _load_with_transformers(spec: str) -> tuple[str, dict[str, str]]:
                  ".save_pretrained(dir)) or supply a tokenizer.json",
         )
     special = {k: getattr(tok, f"{k}_token") for k in KINDS if getattr(tok, f"{k}_token", None)}
-    return tok.backend_tokenizer.to_str(), special
+    return tok.backend_tokenizer.to_str(), special, tok.backend_tokenizer
 
 
 def tokenizer_fingerprint(tok_json: str, special: dict[str, str | None]) -> str:
@@ -147,10 +163,10 @@ def tokenizer_fingerprint(tok_json: str, special: dict[str, str | None]) -> str:
     return h.hexdigest()
 
 
-def check_frozen_tokenizer(tok_json: str, info: dict, path: object) -> None:
+def check_frozen_tokenizer(tok_json: str, info: TokenizerInfo, path: object) -> None:
     """Refuse a frozen tokenizer.json that no longer matches the plan's fingerprint."""
-    special = {"eos": info.get("eos_token"), "bos": info.get("bos_token"), "pad": info.get("pad_token")}
-    if tokenizer_fingerprint(tok_json, special) != info["fingerprint"]:
+    special = {"eos": info.eos_token, "bos": info.bos_token, "pad": info.pad_token}
+    if tokenizer_fingerprint(tok_json, special) != info.fingerprint:
         raise TokenizerError(f"{path} was modified after planning (fingerprint mismatch)",
                              hint="re-plan into a new output directory")
 
@@ -162,26 +178,22 @@ def _looks_like_path(spec: str) -> bool:
 
 def resolve_tokenizer(spec: str, *, eos_token: str | None = None, bos_token: str | None = None) -> ResolvedTokenizer:
     """Load ``spec`` and describe it.  Raises TokenizerError with the spec and a next step on failure."""
-    from tokenizers import Tokenizer
-
     path = Path(spec)
     special: dict[str, str] = {}
     if path.is_file():
-        tok_json = _load_json_file(path)
+        tok_json, tok = _load_json_file(path)
         special = special_from_config(path.parent)
     elif path.is_dir():
         if (path / "tokenizer.json").is_file():
-            tok_json = _load_json_file(path / "tokenizer.json")
+            tok_json, tok = _load_json_file(path / "tokenizer.json")
             special = special_from_config(path)
         else:
             _require_tokenizer_files(path)
-            tok_json, special = _load_with_transformers(str(path))
+            tok_json, special, tok = _load_with_transformers(str(path))
     elif _looks_like_path(spec):
         raise TokenizerError(f"tokenizer {spec} does not exist")
     else:
-        tok_json, special = _load_with_transformers(spec)
-
-    tok = Tokenizer.from_str(tok_json)
+        tok_json, special, tok = _load_with_transformers(spec)
     vocab = tok.get_vocab(with_added_tokens=True)
     vocab_size = max(vocab.values()) + 1 if vocab else 0
     added = {t.content: bool(t.special) for t in tok.get_added_tokens_decoder().values()}
@@ -199,4 +211,4 @@ def resolve_tokenizer(spec: str, *, eos_token: str | None = None, bos_token: str
         eos_token=chosen["eos"], eos_id=ids["eos"], bos_token=chosen["bos"], bos_id=ids["bos"],
         pad_token=chosen["pad"], pad_id=ids["pad"],
     )
-    return ResolvedTokenizer(tok_json, info, choices)
+    return ResolvedTokenizer(tok_json, info, choices, tok)

@@ -34,9 +34,10 @@ def _label(backend: _Encoder | None, name: str) -> str:
     return f"{info['name']} {info.get('version', '')}".strip()
 
 
-def check_at_plan(tokenizer_json: str, *, backend: str, allow_special_tokens: bool,
-                  fingerprint: str) -> PlanCheck | None:
-    """The plan-time record for ``job.json`` (None for ``--backend hf``, which has nothing to check).
+def check_at_plan(tokenizer_json: str, *, backend: str, allow_special_tokens: bool, fingerprint: str,
+                  reference: _Encoder | None = None) -> PlanCheck | None:
+    """The plan-time record for ``job.json`` (None for ``--backend hf``, which has nothing to check);
+    ``reference``: the plan's hf backend when it already has one.
 
     A candidate that cannot load here is recorded as a failure without a version: no task trusts it
     (its installed version differs from "none"), so each task tries the candidate itself as before.
@@ -46,7 +47,7 @@ def check_at_plan(tokenizer_json: str, *, backend: str, allow_special_tokens: bo
     if backend == "hf" or (backend != "auto" and backend not in BACKENDS):
         return None
     name = AUTO_CANDIDATES[0] if backend == "auto" else backend
-    reference = BACKENDS["hf"](tokenizer_json, allow_special_tokens)
+    reference = reference or BACKENDS["hf"](tokenizer_json, allow_special_tokens)
     fixed = hard_cases(tokenizer_json)
     candidate: _Encoder | None = None
     try:

@@ -175,6 +175,14 @@ def _sizing(f: Fields) -> Sizing:
     return record(Sizing, f)
 
 
+def _sizing_of_old(f: Fields) -> Sizing:
+    """The sizing of a plan written before job.json kept one: its ``plan_options`` number."""
+    target = record(PlanOptions, f, defaults=True).target_task_bytes
+    if target is None:
+        return Sizing("one-file-per-task", None, "planned before the sizing record: one input file per task")
+    return Sizing("target", target, "planned before the sizing record")
+
+
 # -- the seal: job.json's header, tamper-evident ----------------------------------------------------------
 # The fingerprint covers inputs, tasks, tokenizer and options, but it is computed while planning and never
 # again (issue 16: a task must not re-read the whole plan), so an edited job.json header would be obeyed
@@ -217,10 +225,9 @@ class Job:
     summary: PlanSummary
     tokenizer: TokenizerInfo
     options: TokenizeOptions
-    plan_options: PlanOptions
+    sizing: Sizing                            # the task size, decided once at plan time, and why (job.sizing)
     plan: PlanFiles
     lustre: dict[str, Any] | None = None      # the Lustre layout applied to the output (not fingerprinted)
-    sizing: Sizing | None = None              # the rule that chose the task size, and why (job.sizing)
     # the backend check's hard cases, run once at plan time (tokenizer.plan_check; not fingerprinted)
     backend_check: PlanCheck | None = None
     format_version: int = PLAN_FORMAT_VERSION
@@ -230,6 +237,11 @@ class Job:
     @property
     def n_tasks(self) -> int:
         return self.summary.tasks
+
+    @property
+    def target_task_bytes(self) -> int | None:
+        """The tasks' input bytes as decided (None: one file per task)."""
+        return self.sizing.target_task_bytes
 
     def sealed(self) -> "Job":
         """This header with its seal (what the planner writes)."""
@@ -244,14 +256,14 @@ class Job:
             "summary": {"inputs": s.inputs, "input_bytes": s.input_bytes, "tasks": s.tasks},
             "tokenizer": self.tokenizer.to_dict(),
             "options": self.options.to_dict(),
-            "plan_options": {"target_task_bytes": self.plan_options.target_task_bytes},
+            # the sizing's number again, as plans have held it since before ``sizing`` existed (old readers)
+            "plan_options": {"target_task_bytes": self.sizing.target_task_bytes},
             "plan": {"records": p.records, "table": p.table, "root": p.root, "table_sha256": p.table_sha256,
                      "inputs_sha256": p.inputs_sha256, "paths_sha256": p.paths_sha256},
         }
         if self.lustre is not None:
             d["lustre"] = self.lustre
-        if self.sizing is not None:
-            d["sizing"] = self.sizing.to_dict()
+        d["sizing"] = self.sizing.to_dict()
         if self.backend_check is not None:
             d["backend_check"] = self.backend_check.to_dict()
         if self.seal is not None:
@@ -270,10 +282,9 @@ class Job:
             summary=record(PlanSummary, f.obj_at("summary")),
             tokenizer=record(TokenizerInfo, f.obj_at("tokenizer")),
             options=record(TokenizeOptions, f.obj_at("options"), defaults=True),
-            plan_options=record(PlanOptions, f.obj_at("plan_options"), defaults=True),
+            sizing=_sizing(f.obj_at("sizing")) if f.has("sizing") else _sizing_of_old(f.obj_at("plan_options")),
             plan=record(PlanFiles, p),
             lustre=f.dict("lustre") if f.has("lustre") else None,
-            sizing=_sizing(f.obj_at("sizing")) if f.has("sizing") else None,
             backend_check=PlanCheck.parse(f.obj_at("backend_check")) if f.has("backend_check") else None,
             format_version=version,
             created_by=f.str("created_by"),
