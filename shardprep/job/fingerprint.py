@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import operator
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import orjson
 
@@ -33,24 +33,24 @@ def _canonical(obj: object) -> bytes:
 
 
 @functools.cache
-def _sorted_fields(cls: type[DataclassInstance]) -> tuple[tuple[str, ...], Callable[[object], tuple]]:
+def _sorted_fields(cls: type[DataclassInstance]) -> tuple[tuple[str, ...], Callable[[object], tuple[Any, ...]]]:
     names = tuple(sorted(cls.__dataclass_fields__))
     return names, operator.attrgetter(*names)
 
 
-def _sorted_dict(obj: DataclassInstance) -> dict:
+def _sorted_dict(obj: DataclassInstance) -> dict[str, Any]:
     """A flat dataclass as a dict with sorted keys: what ``asdict`` + ``OPT_SORT_KEYS`` serialise to, without
     ``asdict``'s deep copy (planning a million inputs calls this two million times)."""
     names, values = _sorted_fields(type(obj))
     return dict(zip(names, values(obj)))
 
 
-def _json_items(objs: list) -> bytes:
+def _json_items(objs: list[Any]) -> bytes:
     """``a,b,c``: the elements of a JSON list, one C call for the whole batch."""
     return orjson.dumps(objs)[1:-1]
 
 
-def _json_inputs(inputs: list) -> bytes:
+def _json_inputs(inputs: list[InputFile]) -> bytes:
     """The input records of a batch; a path that is not valid UTF-8 as its exact record (``records.json_path``),
     converted only when orjson refused the batch (every ordinary batch costs nothing more)."""
     dicts = [_sorted_dict(i) for i in inputs]

@@ -166,7 +166,7 @@ def _worker(conn: Connection, opts: ReadOptions, backend: Backend, bounds: Bound
 class _Pool:
     """The forked workers and the pieces each one holds."""
 
-    def __init__(self, n: int, args: tuple) -> None:
+    def __init__(self, n: int, args: tuple[Any, ...]) -> None:
         ctx = multiprocessing.get_context("fork")
         self.conns: list[Connection] = []
         self.procs = []
@@ -212,10 +212,10 @@ def _receive(conn: Connection, dtype: str) -> tuple[PieceResult, np.ndarray, np.
     return result, flat, lengths
 
 
-def _results(pieces: list[Piece], pool: _Pool, dtype: str, stop: object, task: int) -> Iterator[tuple]:
+def _results(pieces: list[Piece], pool: _Pool, dtype: str, stop: object, task: int) -> Iterator[tuple[Piece, PieceResult, np.ndarray, np.ndarray]]:
     """(piece, result, ids, lengths) in piece order, keeping every worker busy."""
     todo = deque(range(len(pieces)))
-    done: dict[int, tuple] = {}
+    done: dict[int, tuple[PieceResult, np.ndarray, np.ndarray]] = {}
     for k, conn in enumerate(pool.conns):
         for _ in range(IN_FLIGHT):
             if todo:

@@ -20,7 +20,7 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import orjson
 
@@ -72,7 +72,7 @@ def _common_root(inputs: list[InputFile]) -> str:
     return root
 
 
-def _write_records(plan: Plan, staging: Path, lustre: dict | None) -> Job:
+def _write_records(plan: Plan, staging: Path, lustre: dict[str, Any] | None) -> Job:
     """Stream every task into ``staging`` (records + table) and return the job header that describes it."""
     root = _common_root(plan.inputs)
     fingerprint = Fingerprint(plan.inputs, plan.options, plan.tokenizer.info)
@@ -248,7 +248,7 @@ def _commit(output: Path, staging: Path, plan: Plan, job: Job) -> None:
 
 
 def write_plan(output: Path, plan: Plan, *, previous: Job | str | None = None, overwrite: bool = False,
-               lustre: dict | None = None) -> Job:
+               lustre: dict[str, Any] | None = None) -> Job:
     """Freeze ``plan`` into ``output`` (creating it), or accept an identical existing plan.
 
     ``previous`` is the plan already there (``existing_plan``, read once by the caller); ``lustre``

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Mapping, Protocol, Sequence
+from typing import Any, Mapping, Protocol, Sequence
 
 from shardprep.units import human_bytes
 from shardprep.job.plan_files import TaskTable
@@ -93,7 +93,7 @@ class JobProgress:
         """Task seconds per wall second: how many tasks ran at once on average (start-up excluded)."""
         return self._per_s(self.task_s) if self.task_s else None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "work_done": self.work_done, "input_bytes_per_s": self.input_bytes_per_s,
                 "tokens_per_s": self.tokens_per_s, "tasks_per_min": self.tasks_per_min,
                 "parallelism": self.parallelism}
@@ -111,7 +111,7 @@ def running_from_logs(done: Mapping[int, object], logs: Mapping[int, Attempts]) 
 
 
 def activity(done: Mapping[int, object], logs: Mapping[int, Attempts],
-             slurm: dict | None) -> tuple[list[int], int]:
+             slurm: dict[str, Any] | None) -> tuple[list[int], int]:
     """(tasks running, how many pending) now: squeue's word for a job submitted to Slurm (``status
     --json``'s ``slurm``), else the task logs (a local pool's queue is not on disk: pending is 0)."""
     if slurm is not None:

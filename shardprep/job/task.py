@@ -19,7 +19,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 from shardprep.errors import InputDataError
 from shardprep.storage.atomic import remove_stale_temps, write_json_atomic
@@ -65,7 +65,7 @@ class StopFlag:
         return self._event.is_set()
 
 
-def _install_stop_handlers(stop: StopFlag) -> dict:
+def _install_stop_handlers(stop: StopFlag) -> dict[int, Any]:
     if threading.current_thread() is not threading.main_thread():
         return {}
     return {s: signal.signal(s, stop.set) for s in (signal.SIGUSR1, signal.SIGTERM)}

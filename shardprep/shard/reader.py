@@ -11,7 +11,7 @@ import io
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 
@@ -81,7 +81,7 @@ def walk_tar(path: str | Path, stream: io.BufferedIOBase | None = None) -> Itera
     the member on anything that is not a well-formed shard member.
     """
     with (tarfile.open(path, "r:") if stream is None else tarfile.open(fileobj=stream, mode="r:")) as tf:
-        current: dict | None = None
+        current: dict[str, Any] | None = None
         for member in tf:
             if not member.isfile():
                 raise ValueError(f"{path}: unexpected tar entry {member.name!r} (not a regular file)")

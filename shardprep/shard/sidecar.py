@@ -102,7 +102,7 @@ class ChunkTable:
             return cls()
         return cls(*(tuple(col) for col in zip(*rows)))
 
-    def to_dict(self) -> dict[str, tuple]:
+    def to_dict(self) -> dict[str, tuple[Any, ...]]:
         return {name: getattr(self, name) for name in CHUNK_COLUMNS}
 
     @classmethod

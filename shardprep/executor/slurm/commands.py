@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 TIMEOUT_S = 60
 
 
-def _run(cmd: Sequence[str], *, timeout: float = TIMEOUT_S) -> subprocess.CompletedProcess:
+def _run(cmd: Sequence[str], *, timeout: float = TIMEOUT_S) -> subprocess.CompletedProcess[str]:
     if shutil.which(cmd[0]) is None:
         raise EnvironmentProblem(f"{cmd[0]} not found on PATH",
                                  hint="run on a Slurm login node, or use --executor local")

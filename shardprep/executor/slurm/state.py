@@ -222,7 +222,7 @@ def _attempts_text(v: TaskView) -> str:
     return f"attempt {v.attempts}" + (f" of {v.max_attempts}" if v.max_attempts else "")
 
 
-def as_json(view: SlurmView) -> dict:
+def as_json(view: SlurmView) -> dict[str, Any]:
     return {
         "submissions": view.submissions, "sources": view.sources,
         **{st: view.ids(st) for st in ("running", "pending", "failed", "missing")},
@@ -255,7 +255,7 @@ def refuse_if_active(output: Path, task_ids: list[int]) -> None:
                           hint=f"wait for them (shardprep status {output}) or `scancel {' '.join(jobs)}` first")
 
 
-def slurm_status_json(output: Path, state: JobState) -> dict | None:
+def slurm_status_json(output: Path, state: JobState) -> dict[str, Any] | None:
     """``shardprep status --json``'s Slurm view (None when the job never used Slurm)."""
     view = collect(output, state)
     return as_json(view) if view else None
