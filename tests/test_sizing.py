@@ -39,17 +39,18 @@ def _holds_a_short_last_piece(task: list, inputs: list[InputFile]) -> bool:
 _file = st.tuples(st.lists(st.integers(0, 300), min_size=1, max_size=30), st.booleans())   # line lengths, gz
 
 
+def _discovered(d, files):
+    """``files`` (line lengths, gzipped?) written under ``d`` as f00.txt[.gz] ..., then discovered."""
+    for k, (lines, gz) in enumerate(files):
+        data = b"".join(b"w" * n + b"\n" for n in lines)
+        (d / f"f{k:02d}.txt{'.gz' if gz else ''}").write_bytes(gzip.compress(data, mtime=0) if gz else data)
+    return discover_inputs([str(d)])
+
+
 @settings(max_examples=40, deadline=None)
 @given(files=st.lists(_file, min_size=1, max_size=12), target=st.integers(200, 3000))
 def test_every_byte_of_every_input_is_planned_exactly_once(tmp_path_factory, files, target):
-    d = tmp_path_factory.mktemp("mix")
-    for k, (lines, gz) in enumerate(files):
-        data = b"".join(b"w" * n + b"\n" for n in lines)
-        if gz:
-            (d / f"f{k:02d}.txt.gz").write_bytes(gzip.compress(data, mtime=0))
-        else:
-            (d / f"f{k:02d}.txt").write_bytes(data)
-    inputs = discover_inputs([str(d)])
+    inputs = _discovered(tmp_path_factory.mktemp("mix"), files)
     tasks = split_into_tasks(inputs, target, TokenizeOptions())
     covered: dict[int, list[tuple[int, int]]] = {}
     for task in tasks:
@@ -112,11 +113,7 @@ def test_no_shard_under_16_mib_unless_the_dataset_is_smaller(monkeypatch, sizes,
 @settings(max_examples=40, deadline=None)
 @given(files=st.lists(_file, min_size=1, max_size=12), n=st.integers(1, 9))
 def test_balanced_tasks_plan_every_byte_exactly_once_in_order(tmp_path_factory, files, n):
-    d = tmp_path_factory.mktemp("bal")
-    for k, (lines, gz) in enumerate(files):
-        data = b"".join(b"w" * m + b"\n" for m in lines)
-        (d / f"f{k:02d}.txt{'.gz' if gz else ''}").write_bytes(gzip.compress(data, mtime=0) if gz else data)
-    inputs = discover_inputs([str(d)])
+    inputs = _discovered(tmp_path_factory.mktemp("bal"), files)
     tasks = list(cutting.iter_balanced(inputs, n, TokenizeOptions()))
     flat = [w for t in tasks for w in t]
     assert len(tasks) <= n and all(tasks)
