@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import REPO, machine_info, markdown_table, run_child  # noqa: E402
 
 from shardprep.job.schema import Job  # noqa: E402
+from shardprep.shard.provenance import BackendRecord  # noqa: E402
 
 def _write_task(out: Path, job: Job, task: int, rng: np.random.Generator) -> None:
     """One task's shard through the real ShardWriter, its sidecar (the task's fields) and its log."""
@@ -41,7 +42,7 @@ def _write_task(out: Path, job: Job, task: int, rng: np.random.Generator) -> Non
     skips = SkipLog()
     for _ in range(int(rng.integers(0, 3))):
         skips.skip("empty", "raw.txt", None)
-    backend = {"name": "gigatoken", "version": "0.10.0", "requested": "auto", "check": None}
+    backend = BackendRecord("gigatoken", "0.10.0", "auto")
     write_json_atomic(out / sidecar_name(task), build_sidecar(job, task, r, skips, backend, (), elapsed, 1).to_dict())
     start = 1_800_000_000 + task // 64 * 40 + rng.uniform(0, 5)
     stamp = [time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) + f",{int(t % 1 * 1000):03d}"

@@ -44,10 +44,17 @@ def main(output: str) -> dict:
     pieces["plan, inputs, tokenizer.json + fingerprint"] = T() - t
 
     opts = job.options
-    skips, limits = SkipLog(strict=opts.strict), task_mod.BatchLimits()
+    skips = SkipLog(strict=opts.strict)
     t = T()
-    batches = task_mod._batches(ctx.work, opts, skips, limits)
-    first = next(batches)
+    if hasattr(task_mod, "_batches"):            # before issue 20: lists of strings
+        batches = task_mod._batches(ctx.work, opts, skips, task_mod.BatchLimits())
+        first = next(batches)
+    else:                                        # blocks read whole (inputs.fastpath.DocBatch)
+        from shardprep.job.encode import task_batches
+
+        blocks = task_batches(ctx.work, opts, skips, 8 << 20)
+        first = next(blocks).texts()
+        batches = (b.texts() for b in blocks)
     pieces["read + parse the first batch"] = T() - t
 
     allow = opts.allow_special_tokens
@@ -62,7 +69,8 @@ def main(output: str) -> dict:
     pieces["gigatoken import + load"] = T() - t
 
     t = T()
-    if not getattr(candidate, "per_document", False):
+    flat = getattr(sys.modules.get("shardprep.tokenizer.gigatoken_backend"), "_FlatResult", None)
+    if not getattr(candidate, "per_document", False) and not (flat and flat.usable(candidate.describe()["version"])):
         import awkward  # noqa: F401  (what gigatoken's encode_batch imports on its first call)
     pieces["awkward import (gigatoken encode_batch)"] = T() - t
 
@@ -95,7 +103,12 @@ def main(output: str) -> dict:
     pieces["tokenize + write shard (fsync)"] = T() - t
 
     t = T()
-    sidecar = task_mod.build_sidecar(job, 0, result, skips, {"name": "gigatoken"}, ctx.work.items, 1.0, 1)
+    try:
+        from shardprep.shard.provenance import BackendRecord
+        backend: object = BackendRecord("gigatoken")
+    except ImportError:                          # before the sidecar's backend was a typed record
+        backend = {"name": "gigatoken"}
+    sidecar = task_mod.build_sidecar(job, 0, result, skips, backend, ctx.work.items, 1.0, 1)
     write_json_atomic(out / "bench-pieces.json", sidecar.to_dict())
     pieces["sidecar"] = T() - t
     tmp.unlink()

@@ -180,7 +180,7 @@ def test_a_task_on_several_processes_writes_the_same_shard_and_sidecar(tmp_path,
 
     monkeypatch.setattr(parallel, "MIN_PIECE", 64 << 10)        # small inputs, many pieces
     inputs = _mixed_inputs(tmp_path / "in")
-    shards = {}
+    shards, peaks = {}, {}
     for threads in (1, 3):
         out = tmp_path / f"out{threads}"
         plan_job([inputs], out, gpt2_tokenizer, TokenizeOptions(), PlanOptions(target_task_bytes=1 << 30))
@@ -188,7 +188,9 @@ def test_a_task_on_several_processes_writes_the_same_shard_and_sidecar(tmp_path,
         check = result.sidecar.backend.check
         assert result.sidecar.backend.name == "gigatoken" and check is not None and check.passed
         shards[threads] = ((out / "shard-00000.tar").read_bytes(), _sidecar(out))
+        peaks[threads] = result.sidecar.stats.peak_rss_bytes
     assert shards[1][0] == shards[3][0]
+    assert peaks[3] > peaks[1] > 0               # the workers' memory is counted with the task's
     assert shards[1][1] == shards[3][1]
     side = shards[1][1]
     assert side["skipped"]["missing_field"] > 0 and side["skipped"]["invalid_utf8"] > 0

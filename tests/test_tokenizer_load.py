@@ -4,6 +4,11 @@ dtype selection, CPU sizing."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
 
 from helpers import run_cli, shard_documents
 
@@ -67,3 +72,15 @@ def test_usable_cpus_follows_slurm_allocation(monkeypatch):
     assert 1 <= here <= __import__("os").cpu_count()
     monkeypatch.setenv("SLURM_CPUS_PER_TASK", "1")
     assert usable_cpus() == 1
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc (Linux)")
+def test_peak_rss_is_the_tasks_own_not_its_launchers():
+    """ru_maxrss survives exec: a task started by a 300 MB process must not report 300 MB."""
+    code = ("import os, sys\n"
+            "big = bytearray(300 << 20)\n"
+            "big[::4096] = b'x' * len(big[::4096])\n"
+            "os.execv(sys.executable, [sys.executable, '-c', "
+            "'from shardprep.job.resources import peak_rss_bytes; print(peak_rss_bytes())'])\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert 0 < int(out) < 200 << 20

@@ -34,6 +34,7 @@ from shardprep.inputs.batches import ReadCount, item_batches
 from shardprep.inputs.health import ItemWatch
 from shardprep.inputs.readers import MAX_EXAMPLES, ReadOptions, SkipExample, SkipLog, WorkItem
 from shardprep.job.encode import Boundaries, ProgressFn, Sampler, check_stop
+from shardprep.job.resources import peak_rss_bytes
 from shardprep.shard.format import DTYPES
 from shardprep.shard.writer import ShardWriter, narrow_ids
 from shardprep.tokenizer.backend import Backend, add_boundary_tokens
@@ -67,6 +68,8 @@ class PieceResult:
     nul_bytes: int = 0
     sampler: Sampler | None = None
     error: tuple[str, str, str | None] | None = None     # (exception class, message, hint)
+    worker: int = 0                                      # the worker's pid and its peak RSS so far
+    peak_rss: int = 0
 
 
 def plan_pieces(items: Any, opts: ReadOptions, workers: int) -> list[Piece]:
@@ -137,7 +140,7 @@ def _encode_piece(piece: Piece, opts: ReadOptions, backend: Backend, bounds: Bou
     flat_all = np.concatenate(ids) if ids else np.empty(0, np.uint32)
     len_all = np.concatenate(lens) if lens else np.empty(0, np.int64)
     result = PieceResult(piece.index, int(len_all.size), int(flat_all.size), count.lines, skips.counts,
-                         skips.examples, skips.nul_bytes, sampler)
+                         skips.examples, skips.nul_bytes, sampler, worker=os.getpid(), peak_rss=peak_rss_bytes())
     return result, flat_all.tobytes(), len_all.astype(np.int64, copy=False).tobytes()
 
 
@@ -281,17 +284,21 @@ class _Merge:
 
 def encode_parallel(items: Any, opts: ReadOptions, backend: Backend, bounds: Boundaries, writer: ShardWriter,
                     stop: object, task: int, progress: ProgressFn | None, sampler: Sampler | None,
-                    skips: SkipLog, workers: int) -> None:
-    """``job.encode.encode_inline`` for a task with ``workers`` CPUs (and a fast backend)."""
+                    skips: SkipLog, workers: int) -> int:
+    """``job.encode.encode_inline`` for a task with ``workers`` CPUs (and a fast backend); returns the
+    workers' peak RSS added up (the task's own memory is beside it)."""
     pieces = plan_pieces(items, opts, workers)
     pool = _Pool(min(workers, len(pieces)), (opts, backend, bounds, writer.dtype_name, sampler is not None))
     merge = _Merge(items, skips, sampler)
+    peaks: dict[int, int] = {}
     try:
         for piece, result, flat, lengths in _results(pieces, pool, writer.dtype_name, stop, task):
             merge.add(piece, result)
+            peaks[result.worker] = max(peaks.get(result.worker, 0), result.peak_rss)
             writer.add(flat, lengths)
             if progress:
                 progress(result.documents, result.tokens)
         merge.finish()
     finally:
         pool.close()
+    return sum(peaks.values())

@@ -25,7 +25,20 @@ def usable_cpus() -> int:
 
 
 def peak_rss_bytes() -> int:
-    """Peak resident set size of this process (ru_maxrss is KiB on Linux, bytes on macOS)."""
+    """Peak resident set size of this process's own address space.
+
+    Why not ``ru_maxrss`` first: Linux carries it across ``exec``, so a task started by a large process (a
+    Python launcher holding a corpus, a benchmark driver) reported the launcher's size instead of its own.
+    ``VmHWM`` in /proc/self/status belongs to the address space the task built.  ``ru_maxrss`` (KiB on
+    Linux, bytes on macOS) where /proc is absent.
+    """
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(rss if sys.platform == "darwin" else rss * 1024)
 

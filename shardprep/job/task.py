@@ -17,7 +17,7 @@ import os
 import signal
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -151,6 +151,7 @@ class _Context:
     tok_json: str
     threads: int
     started: float
+    workers_rss: list[int] = field(default_factory=list)   # peak RSS of the encoding workers, when forked
 
 
 def _run(output: Path, job: Job, task: int, stop: StopFlag, progress: ProgressFn | None,
@@ -170,7 +171,8 @@ def _run(output: Path, job: Job, task: int, stop: StopFlag, progress: ProgressFn
     elapsed = time.perf_counter() - ctx.started
     if result.documents == 0:
         log.warning("task %d produced no documents (skipped: %s)", task, skips.counts)
-    sidecar = build_sidecar(job, task, result, skips, backend_info, ctx.work.items, elapsed, ctx.threads)
+    sidecar = build_sidecar(job, task, result, skips, backend_info, ctx.work.items, elapsed, ctx.threads,
+                            peak_rss=peak_rss_bytes() + max(ctx.workers_rss, default=0))
     write_json_atomic(output / sidecar_name(task), sidecar.to_dict())
     log.info(logs.DONE, task, result.documents,
              result.tokens, result.bytes, skips.total, elapsed)
@@ -237,8 +239,8 @@ def _write_shard(ctx: _Context, opened: Opened, stop: StopFlag,
         if ctx.threads > 1 and opened.backend.name != "hf" and not opts.strict:
             from shardprep.job.parallel import encode_parallel   # (multiprocessing: only tasks with several CPUs)
 
-            encode_parallel(ctx.work.items, opts, opened.backend, bounds, writer, stop, ctx.work.index, counted,
-                            sampler, skips, ctx.threads)
+            ctx.workers_rss.append(encode_parallel(ctx.work.items, opts, opened.backend, bounds, writer, stop,
+                                                   ctx.work.index, counted, sampler, skips, ctx.threads))
         else:
             batches = task_batches(ctx.work, opts, skips, opened.backend.block_bytes)
             encode_inline(batches, opened.backend, bounds, writer, stop, ctx.work.index, counted, sampler)
@@ -258,8 +260,9 @@ def _write_shard(ctx: _Context, opened: Opened, stop: StopFlag,
 
 
 def build_sidecar(job: Job, task: int, result: ShardResult, skips: SkipLog, backend_info: BackendRecord | None,
-                  items: Sequence[TaskItem], elapsed: float, threads: int) -> Sidecar:
-    """Step 5: the sidecar of a written shard (public: the scaling benchmark synthesizes sidecars with it)."""
+                  items: Sequence[TaskItem], elapsed: float, threads: int, peak_rss: int | None = None) -> Sidecar:
+    """Step 5: the sidecar of a written shard (public: the scaling benchmark synthesizes sidecars with it).
+    ``peak_rss``: the task's with its encoding workers' (default: this process's)."""
     opts, tok = job.options, job.tokenizer
     return Sidecar.holding(
         result, format_version=FORMAT_VERSION, created_by=CREATED_BY, task=task, shard=shard_name(task),
@@ -270,6 +273,6 @@ def build_sidecar(job: Job, task: int, result: ShardResult, skips: SkipLog, back
         backend=backend_info or BackendRecord(None, requested=opts.backend),
         stats=TaskStats(elapsed_s=round(elapsed, 3),
                         tokens_per_s=round(result.tokens / elapsed, 1) if elapsed > 0 else None, threads=threads,
-                        peak_rss_bytes=peak_rss_bytes(), host=os.uname().nodename,
+                        peak_rss_bytes=peak_rss_bytes() if peak_rss is None else peak_rss, host=os.uname().nodename,
                         slurm_job=os.environ.get("SLURM_JOB_ID")),
     )
