@@ -28,6 +28,7 @@ import shutil
 import subprocess
 import sys
 import time
+import zlib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -39,12 +40,22 @@ FORMATS = ("txt", "jsonl", "jsonl.zst", "parquet")
 # -- the corpus -----------------------------------------------------------------------------------------
 def make_inputs(work: Path, mb: int, name: str, formats: tuple[str, ...]) -> dict[str, Path]:
     """``name``.txt of ``mb`` MB (one ~280-byte document per line) and the same documents as the other
-    formats (jsonl ``{"text": ...}``, zstd jsonl, parquet with 64k-row groups)."""
+    formats (jsonl ``{"text": ...}``, zstd jsonl, parquet with 64k-row groups), written by a child process:
+    this driver must stay small, since Linux starts a child's ``ru_maxrss`` from its parent's size."""
+    out = {fmt: work / f"{name}.{fmt}" for fmt in ("txt", *formats)}
+    if not all(p.is_file() for p in out.values()):
+        subprocess.run([sys.executable, __file__, "--child", "inputs", str(work), str(mb), name, ",".join(formats)],
+                       check=True, env=_env(REPO))
+    return out
+
+
+def write_inputs(work: Path, mb: int, name: str, formats: tuple[str, ...]) -> dict[str, Path]:
+    """(in a child) What :func:`make_inputs` describes."""
     import orjson
 
     txt = work / f"{name}.txt"
     if not txt.is_file():
-        line_corpus(txt, mb << 20, seed=hash(name) % 1000)
+        line_corpus(txt, mb << 20, seed=zlib.crc32(name.encode()) % 1000)
     out = {"txt": txt}
     docs = None
     for fmt in formats:
@@ -132,22 +143,31 @@ def plan(checkout: Path, inputs: list[Path], out: Path, *extra: str) -> None:
 
 
 def run_tasks(checkout: Path, out: Path, task_cores: list[str], threads: int = 1) -> dict:
-    """Task k of the plan in ``out`` pinned to ``task_cores[k]``, all at once; wall from start to the last
-    exit, tokens and the largest peak RSS from the sidecars."""
+    """Task k of the plan in ``out`` pinned to ``task_cores[k]``, all at once: wall from start to the last
+    exit, CPU time (user + system, the tasks and their workers) and the largest peak RSS from the kernel's
+    accounting of each process (``wait4``: the same for every checkout, whatever its sidecar reports)."""
+    import tempfile
+
     procs = []
     started = time.perf_counter()
     for k, cores in enumerate(task_cores):
         cmd = [sys.executable, "-m", "shardprep", "run-task", str(out), "--task-id", str(k), "--threads", str(threads)]
-        procs.append(subprocess.Popen(_pinned(cores, cmd), env=_env(checkout), stderr=subprocess.PIPE))
-    for p in procs:
-        _, err = p.communicate()
+        err = tempfile.TemporaryFile()
+        procs.append((subprocess.Popen(_pinned(cores, cmd), env=_env(checkout), stderr=err), err))
+    cpu, rss = 0.0, 0
+    for p, err in procs:
+        _, status, usage = os.wait4(p.pid, 0)
+        p.returncode = os.waitstatus_to_exitcode(status)
+        cpu += usage.ru_utime + usage.ru_stime
+        rss = max(rss, usage.ru_maxrss << 10)
         if p.returncode:
-            raise RuntimeError(f"run-task failed: {err.decode()[-2000:]}")
+            err.seek(0)
+            raise RuntimeError(f"run-task failed: {err.read().decode()[-2000:]}")
     wall = time.perf_counter() - started
     sides = [json.loads((out / f"shard-{k:05d}.json").read_text()) for k in range(len(task_cores))]
     tokens = sum(s["tokens"] for s in sides)
-    return {"wall_s": wall, "tokens": tokens, "tokens_per_s": tokens / wall,
-            "peak_rss_mb": max(s["stats"].get("peak_rss_bytes") or 0 for s in sides) / 2**20,
+    return {"wall_s": wall, "cpu_s": cpu, "tokens": tokens, "tokens_per_s": tokens / wall,
+            "tokens_per_cpu_s": tokens / cpu, "peak_rss_mb": rss / 2**20,
             "backend": sides[0]["backend"]["name"], "sha256": [s["sha256"] for s in sides]}
 
 
@@ -167,47 +187,73 @@ def startup(checkout: Path, work: Path) -> float:
 
 
 # -- the measurements ---------------------------------------------------------------------------------------
-def single_core(work: Path, task_mb: int, base: Path | None, formats: tuple[str, ...]) -> list[dict]:
+def _best(runs: list[dict], raws: list[float]) -> dict:
+    """The best round of ``runs`` (least CPU time) with the median of the per-round ratios to ``raws`` (the
+    raw encoder's tokens/s measured in the same rounds): what a core spends, robust to one noisy round."""
+    import statistics
+
+    best = min(runs, key=lambda r: r["cpu_s"])
+    ratios = [r["tokens_per_cpu_s"] / raw for r, raw in zip(runs, raws)]
+    return {**best, "wall_s": min(r["wall_s"] for r in runs), "raw_tokens_per_s": max(raws),
+            "ratio": statistics.median(ratios), "ratios": [round(x, 3) for x in ratios]}
+
+
+def single_core(work: Path, task_mb: int, base: Path | None, formats: tuple[str, ...], rounds: int) -> list[dict]:
+    """Each format's task on one core, this checkout and the baseline interleaved, ``rounds`` times; the
+    raw encoder measured again in every round."""
     files = make_inputs(work, task_mb, f"task-{task_mb}mb", formats)
-    raw = run_raw("gigatoken", files["txt"], [0])
-    rows = []
-    for fmt in formats:
-        for label, checkout in [("shardprep", REPO)] + ([("baseline", base)] if base else []):
-            out = work / f"out-{label}-{fmt.replace('.', '-')}"
-            plan(checkout, [files[fmt]], out)
-            got = run_tasks(checkout, out, ["0"])
-            rows.append({"format": fmt, "code": label, **got, "raw_tokens_per_s": raw["tokens_per_s"],
-                         "ratio": got["tokens_per_s"] / raw["tokens_per_s"]})
-            print(f"  1 core {fmt:9s} {label:9s} {got['tokens_per_s'] / 1e6:6.1f} Mtok/s = "
-                  f"{rows[-1]['ratio']:.2f}x raw, {got['peak_rss_mb']:.0f} MiB", file=sys.stderr)
-    return rows
+    codes = [("shardprep", REPO)] + ([("baseline", base)] if base else [])
+    runs: dict[tuple[str, str], list[dict]] = {(f, c): [] for f in formats for c, _ in codes}
+    raws: list[float] = []
+    for r in range(rounds):
+        raws.append(run_raw("gigatoken", files["txt"], [0])["tokens_per_s"])
+        for fmt in formats:
+            for label, checkout in codes if r % 2 == 0 else reversed(codes):
+                out = work / f"out-{label}-{fmt.replace('.', '-')}"
+                plan(checkout, [files[fmt]], out)
+                got = run_tasks(checkout, out, ["0"])
+                runs[(fmt, label)].append(got)
+                print(f"  round {r + 1}: 1 core {fmt:9s} {label:9s} {got['tokens_per_cpu_s'] / 1e6:6.1f} Mtok/cpu-s "
+                      f"= {got['tokens_per_cpu_s'] / raws[-1]:.2f}x raw, {got['peak_rss_mb']:.0f} MiB", file=sys.stderr)
+    return [{"format": f, "code": c, **_best(got, raws)} for (f, c), got in runs.items()]
 
 
-def many_cores(work: Path, file_mb: int, counts: list[int]) -> list[dict]:
-    files = [make_inputs(work, file_mb, f"file{k:02d}-{file_mb}mb", ("txt",))["txt"] for k in range(max(counts))]
+def many_cores(work: Path, file_mb: int, counts: list[int], rounds: int) -> list[dict]:
+    """N tasks on N cores against N raw encoder processes (wall clock: both fill the same cores)."""
+    files = [make_inputs(work, file_mb, f"file{k:02d}-{file_mb}mb", ())["txt"] for k in range(max(counts))]
     rows = []
     for n in counts:
-        raw = run_raw("gigatoken", files[0], list(range(n)))
-        out = work / f"out-cores-{n}"
-        plan(REPO, files[:n], out)
-        got = run_tasks(REPO, out, [str(c) for c in range(n)])
-        rows.append({"cores": n, **got, "raw_tokens_per_s": raw["tokens_per_s"],
-                     "ratio": got["tokens_per_s"] / raw["tokens_per_s"]})
-        print(f"  {n} tasks on {n} cores: {rows[-1]['ratio']:.2f}x {n} raw encoders", file=sys.stderr)
+        best: dict | None = None
+        for _ in range(rounds):
+            raw = run_raw("gigatoken", files[0], list(range(n)))
+            out = work / f"out-cores-{n}"
+            plan(REPO, files[:n], out)
+            got = run_tasks(REPO, out, [str(c) for c in range(n)])
+            ratio = got["tokens_per_s"] / raw["tokens_per_s"]
+            if best is None or ratio > best["ratio"]:
+                best = {"cores": n, **got, "raw_tokens_per_s": raw["tokens_per_s"], "ratio": ratio}
+        assert best is not None
+        rows.append(best)
+        print(f"  {n} tasks on {n} cores: {best['ratio']:.2f}x {n} raw encoders", file=sys.stderr)
     return rows
 
 
-def threads(work: Path, task_mb: int, counts: list[int]) -> list[dict]:
-    txt = make_inputs(work, task_mb, f"task-{task_mb}mb", ("txt",))["txt"]
-    rows, one = [], None
-    for t in counts:
-        out = work / f"out-threads-{t}"
-        plan(REPO, [txt], out)
-        got = run_tasks(REPO, out, [f"0-{t - 1}" if t > 1 else "0"], threads=t)
-        one = one or got
-        rows.append({"threads": t, **got, "speedup": got["tokens_per_s"] / one["tokens_per_s"],
-                     "same_shard": got["sha256"] == one["sha256"]})
-        print(f"  one task, {t} thread(s): {rows[-1]['speedup']:.2f}x one thread", file=sys.stderr)
+def threads(work: Path, task_mb: int, counts: list[int], rounds: int) -> list[dict]:
+    """One task given T CPUs against the same task on one (wall clock, best of ``rounds``)."""
+    txt = make_inputs(work, task_mb, f"task-{task_mb}mb", ())["txt"]
+    best: dict[int, dict] = {}
+    for _ in range(rounds):
+        for t in counts:
+            out = work / f"out-threads-{t}"
+            plan(REPO, [txt], out)
+            got = run_tasks(REPO, out, [f"0-{t - 1}" if t > 1 else "0"], threads=t)
+            if t not in best or got["wall_s"] < best[t]["wall_s"]:
+                best[t] = got
+    one = best[counts[0]]
+    rows = [{"threads": t, **got, "speedup": one["wall_s"] / got["wall_s"], "same_shard": got["sha256"] == one["sha256"]}
+            for t, got in best.items()]
+    for r in rows:
+        print(f"  one task, {r['threads']} thread(s): {r['speedup']:.2f}x one thread", file=sys.stderr)
     return rows
 
 
@@ -217,7 +263,7 @@ def hf_backend(work: Path, mb: int) -> dict:
     out = work / "out-hf"
     plan(REPO, [txt], out, "--backend", "hf")
     got = run_tasks(REPO, out, ["0"])
-    return {**got, "raw_tokens_per_s": raw["tokens_per_s"], "ratio": got["tokens_per_s"] / raw["tokens_per_s"]}
+    return {**got, "raw_tokens_per_s": raw["tokens_per_s"], "ratio": got["tokens_per_cpu_s"] / raw["tokens_per_s"]}
 
 
 def whole_job(work: Path, gb: float, file_mb: int) -> dict:
@@ -244,11 +290,15 @@ def report(res: dict) -> str:
              f"CPU(s), Python {m['python']}, gigatoken {m['versions']['gigatoken']}, tokenizers "
              f"{m['versions']['tokenizers']}; load average at start {m['load_avg_at_start']}. Command: "
              f"`python bench/encoder_ratio.py {res['argv']}`.\n"]
-    rows = [[r["format"], r["code"], r["tokens"], r["wall_s"], r["tokens_per_s"] / 1e6, r["raw_tokens_per_s"] / 1e6,
-             r["ratio"], r["peak_rss_mb"]] for r in res["single_core"]]
-    parts.append(f"One task of {res['task_mb']} MB on one core (e2e: `run-task` from process start to exit):\n\n"
-                 + markdown_table(["input", "code", "tokens", "wall s", "Mtok/s", "raw Mtok/s", "ratio",
-                                   "peak RSS MiB"], rows))
+    rows = [[r["format"], r["code"], f"{r['tokens']:,}", r["wall_s"], r["cpu_s"], r["tokens_per_cpu_s"] / 1e6,
+             r["raw_tokens_per_s"] / 1e6, r["ratio"], ", ".join(f"{x:.2f}" for x in r["ratios"]), r["peak_rss_mb"]]
+            for r in res["single_core"]]
+    parts.append(f"One task of {res['task_mb']} MB on one core (e2e: `run-task` from process start to exit; "
+                 f"{res.get('rounds', 1)} rounds interleaved, best CPU time, the ratio is the median of the "
+                 "rounds' ratios of tokens per CPU second to the raw encoder's tokens/s in the same round; peak "
+                 "RSS from the kernel's accounting of the task process):\n\n"
+                 + markdown_table(["input", "code", "tokens", "wall s", "CPU s", "Mtok/CPU-s", "raw Mtok/s", "ratio",
+                                   "rounds", "peak RSS MiB"], rows))
     rows = [[r["cores"], r["wall_s"], r["tokens_per_s"] / 1e6, r["raw_tokens_per_s"] / 1e6, r["ratio"]]
             for r in res["many_cores"]]
     parts.append(f"N single-core tasks of {res['file_mb']} MB on N cores, against N raw encoder processes:\n\n"
@@ -258,7 +308,7 @@ def report(res: dict) -> str:
     parts.append(f"One task of {res['task_mb']} MB given T CPUs (`--threads T`, pinned to T cores):\n\n"
                  + markdown_table(["T", "wall s", "Mtok/s", "speedup", "peak RSS MiB (task)", "same shard"], rows))
     h = res["hf"]
-    parts.append(f"`--backend hf`, one core, {res['hf_mb']} MB: {h['tokens_per_s'] / 1e6:.3f} Mtok/s e2e against "
+    parts.append(f"`--backend hf`, one core, {res['hf_mb']} MB: {h['tokens_per_cpu_s'] / 1e6:.3f} Mtok per CPU second e2e against "
                  f"{h['raw_tokens_per_s'] / 1e6:.3f} raw `encode_batch_fast` (256 documents per call): "
                  f"**{h['ratio']:.2f}x**.\n\nStart-up (process start to the first encode, one-line input): "
                  f"**{res['startup_s']:.3f} s**.")
@@ -272,7 +322,10 @@ def report(res: dict) -> str:
 
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        raw_child(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+        if sys.argv[2] == "inputs":
+            write_inputs(Path(sys.argv[3]), int(sys.argv[4]), sys.argv[5], tuple(f for f in sys.argv[6].split(",") if f))
+        else:
+            raw_child(sys.argv[2], sys.argv[3], int(sys.argv[4]))
         return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ncpu = len(os.sched_getaffinity(0))
@@ -285,19 +338,21 @@ def main() -> int:
     ap.add_argument("--formats", default=",".join(FORMATS))
     ap.add_argument("--baseline", default=None, help="a git revision run on the same single-core tasks")
     ap.add_argument("--job-gb", type=float, default=0.0, help="also run a whole default job of this many GB")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of every measurement (interleaved)")
     ap.add_argument("--quick", action="store_true", help="small sizes (a smoke run of the script)")
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "encoder_ratio.md")
     args = ap.parse_args()
     if args.quick:
-        args.task_mb, args.file_mb, args.hf_mb = 16, 8, 1
+        args.task_mb, args.file_mb, args.hf_mb, args.rounds = 16, 8, 1, 1
     args.work.mkdir(parents=True, exist_ok=True)
     base = extract_base(args.baseline, args.work)[0] if args.baseline else None
     res: dict = {"machine": machine_info(), "argv": " ".join(sys.argv[1:]), "task_mb": args.task_mb,
                  "file_mb": args.file_mb, "hf_mb": args.hf_mb}
     res["startup_s"] = min(startup(REPO, args.work) for _ in range(3))
-    res["single_core"] = single_core(args.work, args.task_mb, base, tuple(args.formats.split(",")))
-    res["many_cores"] = many_cores(args.work, args.file_mb, [int(n) for n in args.cores.split(",")])
-    res["threads"] = threads(args.work, args.task_mb, [int(n) for n in args.threads.split(",")])
+    res["rounds"] = args.rounds
+    res["single_core"] = single_core(args.work, args.task_mb, base, tuple(args.formats.split(",")), args.rounds)
+    res["many_cores"] = many_cores(args.work, args.file_mb, [int(n) for n in args.cores.split(",")], args.rounds)
+    res["threads"] = threads(args.work, args.task_mb, [int(n) for n in args.threads.split(",")], args.rounds)
     res["hf"] = hf_backend(args.work, args.hf_mb)
     if args.job_gb:
         res["job"] = whole_job(args.work, args.job_gb, args.file_mb)
