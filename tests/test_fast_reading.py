@@ -37,7 +37,9 @@ JSON_PIECES = [b'{"text": "hello", "id": 5}', b'{"text": ""}', b'{"text": "   "}
                b'{"text": "a",', b"", b"  ", b"\r", b'{"text": "caf\xc3"}', b'{"text": "ok", "x": "\xff"}',
                b'{"text": "\\u3000"}', b'{"text": "x\\ny"}', b'{"text": "dup", "text": "last"}', b'{"a":[{"b":1}',
                b'{"c":2}]}', b'{"text":"x"},{"text":"y"}', b'{"text": "\\ud800"}', b'{"text": "q"}\r',
-               b'{"text": "' + b"z" * 60 + b'"}', b'\x00{"text": "nul"}', b'{"text": "digits 12345 e+100"}']
+               b'{"text": "' + b"z" * 60 + b'"}', b'\x00{"text": "nul"}', b'{"text": "digits 12345 e+100"}',
+               b'{"text":"a"}{"text":"b"}', b'{"a":{"b":1}', b'{"c":2}}', b' {"text": "lead"}', b'{"text": "end"} ',
+               b'{"text": "}"', b'"}"}']
 
 
 def test_whitespace_is_pythons():

@@ -201,36 +201,52 @@ _FIRST, _TEXT = itemgetter(0), attrgetter("text")
 
 
 @lru_cache(maxsize=8)
-def _row_decoder(key: str) -> Any:
-    """A msgspec decoder of ``[{key: str-or-null, ...}]`` lines: the text field only, the rest skipped."""
+def _row_decoder(key: str, wrapped: bool) -> Any:
+    """A msgspec decoder of ``{key: str-or-null, ...}`` lines (``[{...}]`` when ``wrapped``): the text
+    field only, the rest skipped."""
     import msgspec
 
     row = msgspec.defstruct("Row", [("text", str | None, None)], rename={"text": key})
-    return msgspec.json.Decoder(tuple[row])  # type: ignore[valid-type]  # a struct type made at run time
+    return msgspec.json.Decoder(tuple[row] if wrapped else row)  # type: ignore[valid-type]  # made at run time
 
 
-def _decode_rows(body: bytes, n: int, key: str) -> list[str | None] | None:
+def _braced(a: np.ndarray, lines: Lines, blank: list[int]) -> bool:
+    """Whether every line not in ``blank`` starts with ``{`` and ends with ``}`` (a CR before its newline
+    allowed)."""
+    keep = np.ones(len(lines), dtype=bool)
+    keep[blank] = False
+    first, last = lines.starts[keep], lines.ends[keep] - 1
+    last = last - (a[last] == 13)
+    return bool((a[first] == 123).all() and (a[last] == 125).all())
+
+
+def _decode_rows(body: bytes, n: int, key: str, braced: bool) -> list[str | None] | None:
     """The text field of each of the ``n`` lines of ``body`` (no blank line in it), or None when any line
     is not exactly one JSON object with a string or null (or no) text field.
 
-    Each line is wrapped as ``[line]``: between two lines then stands ``]\\n[``, which is valid JSON only
-    between two top-level values, so a line that does not close (or closes early) fails to parse or shows
-    in the count instead of shifting every later document by one.
+    A line must not be read as the end of one object and the start of the next.  When every line is
+    ``braced`` (starts with ``{``, ends with ``}``) that cannot happen: JSON strings hold no raw newline
+    (msgspec refuses one), so a line's last ``}`` is structural, and after a structural ``}`` a ``{`` can
+    only open a new top-level value; every line then holds whole values, and ``n`` values from ``n`` lines
+    is one each.  Otherwise each line is wrapped as ``[line]``: between two lines then stands ``]\\n[``,
+    valid only between two top-level values, so a line that does not close (or closes early) fails to
+    parse or shows in the count instead of shifting every later document by one (slower: ~15 against
+    ~9 ms per 8 MiB).
     """
     import msgspec
 
     if n == 0:
         return []
-    wrapped = b"".join((b"[", body[:-1].replace(b"\n", b"]\n["), b"]"))
+    source = body if braced else b"".join((b"[", body[:-1].replace(b"\n", b"]\n["), b"]"))
     try:
-        rows = _row_decoder(key).decode_lines(wrapped)
+        rows = _row_decoder(key, not braced).decode_lines(source)
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
     finally:
-        del wrapped           # a block's worth of memory: gone before the documents are built
+        del source            # a block's worth of memory when wrapped: gone before the documents are built
     if len(rows) != n:
         return None
-    return list(map(_TEXT, map(_FIRST, rows)))
+    return list(map(_TEXT, rows)) if braced else list(map(_TEXT, map(_FIRST, rows)))
 
 
 def jsonl_block(data: bytes, start: int, lineno: int | None, limit: int, key: str, path: str,
@@ -241,7 +257,7 @@ def jsonl_block(data: bytes, start: int, lineno: int | None, limit: int, key: st
         return None
     a, lines = usable
     blank = lines.matching(data, a, _JSON_LEAD, lambda s, e: s == e or data[s:e].isspace())
-    rows = _decode_rows(lines.without(data, blank), len(lines) - len(blank), key)
+    rows = _decode_rows(lines.without(data, blank), len(lines) - len(blank), key, _braced(a, lines, blank))
     if rows is None:
         return None
     # (``None in rows`` first: str.isspace cannot take None)
