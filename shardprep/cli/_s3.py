@@ -1,5 +1,6 @@
-"""The S3 connection options, one set for every command that reaches S3: ``stage`` and ``upload``, and the
-commands that take an output's URL (``verify``, ``inspect``, ``report``, ``status``).
+"""The S3 connection options, one set for every command that reaches S3: ``stage`` and ``upload``, the
+commands that take an output's URL (``verify``, ``inspect``, ``report``, ``status``), and those that take
+input URLs (``plan``, ``submit``, ``doctor``; the plan records them for its tasks).
 
 Credentials are never among them (boto3's standard chain only).  Unset, each falls back to the
 environment (``AWS_ENDPOINT_URL``, ``AWS_PROFILE``, ``AWS_REGION``) as boto3 does.
@@ -11,6 +12,7 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from shardprep.cli.args import add_field, from_fields
+from shardprep.errors import ConfigError
 from shardprep.storage.s3 import ClientOptions
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -37,3 +39,17 @@ def storage_from_args(args: argparse.Namespace) -> StorageOptions:
     from shardprep.storage.locations import StorageOptions    # not for stage and upload, which use the client
 
     return StorageOptions(s3=client_options_from_args(args))
+
+
+def refuse_other_storage(args: argparse.Namespace, planned: StorageOptions | None) -> None:
+    """``submit --resume``: S3 options typed that differ from the plan's are refused, not dropped (the tasks
+    reach their inputs as the plan's ``storage`` record says)."""
+    given = client_options_from_args(args)
+    default, frozen = ClientOptions(), planned.s3 if planned is not None else ClientOptions()
+    differ = [f"--{name.replace('_', '-')} {getattr(given, name)}" for name in ("endpoint_url", "profile", "region",
+                                                                                 "max_attempts")
+              if getattr(given, name) != getattr(default, name) and getattr(given, name) != getattr(frozen, name)]
+    if differ:
+        raise ConfigError(f"{', '.join(differ)}: the frozen plan reaches its inputs as it was planned "
+                          f"({'no remote inputs' if planned is None else frozen})",
+                          hint="re-plan with the new options (the submit command with --overwrite, or a new --output)")

@@ -14,6 +14,7 @@ from typing import Any, Iterator
 from shardprep.errors import InputDataError
 from shardprep.inputs.discover import InputFile
 from shardprep.inputs.fastpath import WHITESPACE, DocBatch
+from shardprep.inputs.planned import OpenInput, parquet_file
 from shardprep.inputs.readers import SkipLog, row_texts
 
 ROWS_PER_BATCH = 1 << 15
@@ -50,16 +51,19 @@ def column_batch(path: str, values: Any, first_row: int, limit: int, skips: Skip
 
 def parquet_batches(inp: InputFile, start: int, end: int | None, column: str, limit: int,
                     skips: SkipLog) -> Iterator[DocBatch]:
-    """Rows ``[start, end)`` of a parquet file's text column, one row group slice at a time."""
-    import pyarrow.parquet as pq
+    """Rows ``[start, end)`` of a parquet file's text column, one row group slice at a time (a remote
+    object's footer and column chunks in ranged requests, the object checked once they are read)."""
+    with OpenInput(inp) as opened:
+        yield from _row_groups(inp.path, parquet_file(opened), start, end, column, limit, skips)
+        if opened.remote:
+            opened.check()
 
-    try:
-        pf = pq.ParquetFile(inp.path)
-    except Exception as e:
-        raise InputDataError(f"input {inp.path} is not a readable parquet file: {e}") from None
+
+def _row_groups(path: str, pf: Any, start: int, end: int | None, column: str, limit: int,
+                skips: SkipLog) -> Iterator[DocBatch]:
     names = pf.schema_arrow.names
     if column not in names:
-        raise _no_column(inp.path, column, names)
+        raise _no_column(path, column, names)
     end = pf.metadata.num_rows if end is None else end
     row = 0
     for rg in range(pf.metadata.num_row_groups):
@@ -69,7 +73,7 @@ def parquet_batches(inp: InputFile, start: int, end: int | None, column: str, li
             values = pf.read_row_group(rg, columns=[column]).column(0).slice(lo, hi - lo)
             for off in range(0, hi - lo, ROWS_PER_BATCH):
                 part = values.slice(off, ROWS_PER_BATCH).combine_chunks()
-                yield column_batch(inp.path, part, row + lo + off, limit, skips)
+                yield column_batch(path, part, row + lo + off, limit, skips)
         row += n
         if row >= end:
             break

@@ -37,6 +37,7 @@ from shardprep.job.sizing import Sizing, balanced_tasks
 from shardprep.records import is_json_text
 from shardprep.shard.format import (INDEX_FILE, JOB_FILE, PLAN_DIR, PLAN_RECORDS_FILE,
                                     PLAN_TABLE_FILE, REPAIR_DIR, TOKENIZER_FILE)
+from shardprep.storage.locations import StorageOptions, is_url
 from shardprep.tokenizer.load import ResolvedTokenizer
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,7 @@ class Plan:
     plan_options: PlanOptions            # as resolved: target_task_bytes is the one the tasks were cut with
     sizing: Sizing | None = None         # which rule chose that target, and why (job.json ``sizing``)
     backend_check: dict | None = None    # tokenizer.plan_check's record, stored in job.json as is
+    storage: StorageOptions | None = None    # how tasks reach remote inputs (job.json ``storage``)
 
     def iter_tasks(self) -> Iterator[list[WorkItem]]:
         n = None if self.sizing is None else balanced_tasks(self.sizing, sum(i.size for i in self.inputs))
@@ -61,16 +63,22 @@ class Plan:
 
 
 def make_plan(inputs: list[InputFile], tokenizer: ResolvedTokenizer, options: TokenizeOptions,
-              plan_options: PlanOptions, sizing: Sizing | None = None, backend_check: dict | None = None) -> Plan:
-    return Plan(inputs, tokenizer, options, plan_options, sizing, backend_check)
+              plan_options: PlanOptions, sizing: Sizing | None = None, backend_check: dict | None = None,
+              storage: StorageOptions | None = None) -> Plan:
+    """The plan to freeze; ``storage`` is recorded only when an input is remote (a plan of files has none)."""
+    remote = any(is_url(i.path) for i in inputs)
+    return Plan(inputs, tokenizer, options, plan_options, sizing, backend_check,
+                (storage or StorageOptions()) if remote else None)
 
 
 # -- writing / conflicts ----------------------------------------------------------------------------------
 def _common_root(inputs: list[InputFile]) -> str:
-    """The deepest directory holding every input (the common prefix of the smallest and largest path)."""
-    if not inputs:
+    """The deepest directory holding every input file (the common prefix of the smallest and largest path;
+    remote objects are recorded by their whole URL)."""
+    paths = [i.path for i in inputs if i.path.startswith("/")]
+    if not paths:
         return "/"
-    common = os.path.commonprefix([min(i.path for i in inputs), max(i.path for i in inputs)])
+    common = os.path.commonprefix([min(paths), max(paths)])
     root = common[:common.rfind("/")] or "/"
     while not is_json_text(root):       # job.json holds it as text: stop above a name that is not UTF-8
         root = os.path.dirname(root)
@@ -97,7 +105,7 @@ def _write_records(plan: Plan, staging: Path, lustre: dict | None) -> Job:
     files = PlanFiles(PLAN_RECORDS_FILE, PLAN_TABLE_FILE, root, table_sha256, fingerprint.inputs_sha256,
                       fingerprint.paths_sha256)
     return Job(fingerprint.hexdigest(), summary, plan.tokenizer.info, plan.options, plan.plan_options, files, lustre,
-               sizing=plan.sizing, backend_check=plan.backend_check).sealed()
+               sizing=plan.sizing, backend_check=plan.backend_check, storage=plan.storage).sealed()
 
 
 def _changed_inputs(output: Path, old: Job, plan: Plan) -> list[str]:

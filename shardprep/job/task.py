@@ -34,6 +34,8 @@ from shardprep.records import FS_BYTES
 from shardprep.job.resources import keep_freed_memory, peak_rss_bytes, set_tokenizer_threads, usable_cpus
 from shardprep.shard.format import FORMAT_VERSION, LOG_DIR, shard_name, sidecar_name
 from shardprep.shard.writer import ShardResult, ShardWriter
+from shardprep.storage.locations import default_storage, is_url
+from shardprep.storage.objects import READS, ReadCounts
 from shardprep.tokenizer.backend import BACKENDS, Opened, backend_record, check_candidate, open_backend
 
 log = logging.getLogger(__name__)
@@ -72,6 +74,8 @@ def _install_stop_handlers(stop: StopFlag) -> dict:
 def _check_inputs_unchanged(task: Task) -> None:
     for item in task.items:
         inp = item.input
+        if is_url(inp.path):    # every read of a remote object is held to its planned identity (OpenInput)
+            continue
         try:
             st = os.stat(inp.path)
         except OSError as e:
@@ -131,7 +135,7 @@ def run_task(output: Path, task: int, *, progress: ProgressFn | None = None,
         log.info("task %d already done (%s); skipping", task, shard_name(task))
         return TaskResult(task, True, existing.documents, existing.tokens, existing)
     attempted = _log_path(output, task).exists()
-    with _task_log(output, task), _stop_on_signals() as stop:
+    with _task_log(output, task), _stop_on_signals() as stop, default_storage(job.storage):
         try:
             return _run(output, job, task, stop, progress, threads, attempted)
         except Exception as e:
@@ -153,6 +157,7 @@ class _Context:
 
 def _run(output: Path, job: Job, task: int, stop: StopFlag, progress: ProgressFn | None,
          threads: int | None, attempted: bool) -> TaskResult:
+    reads_before = READS.snapshot()
     ctx = _load(output, job, task, threads)
     _remove_stale(output, task, attempted)
     opts = job.options
@@ -168,7 +173,8 @@ def _run(output: Path, job: Job, task: int, stop: StopFlag, progress: ProgressFn
     elapsed = time.perf_counter() - ctx.started
     if result.documents == 0:
         log.warning("task %d produced no documents (skipped: %s)", task, skips.counts)
-    sidecar = build_sidecar(job, task, result, skips, backend_info, ctx.work.items, elapsed, ctx.threads)
+    remote = _remote_reads(ctx.work, READS.snapshot().since(reads_before))
+    sidecar = build_sidecar(job, task, result, skips, backend_info, ctx.work.items, elapsed, ctx.threads, remote)
     write_json_atomic(output / sidecar_name(task), sidecar.to_dict())
     log.info("task %d done: %d documents, %d tokens, %d bytes, %d skipped, %.1fs", task, result.documents,
              result.tokens, result.bytes, skips.total, elapsed)
@@ -254,9 +260,19 @@ def _write_shard(ctx: _Context, opened: Opened, stop: StopFlag, progress: Progre
         return writer.close(), skips, record
 
 
+def _remote_reads(work: Task, counts: ReadCounts) -> dict | None:
+    """What reading the task's remote inputs cost (the sidecar's ``stats.remote``, and the task log)."""
+    if not any(is_url(i.input.path) for i in work.items):
+        return None
+    log.info("task %d: remote inputs: %d request(s), %d of them retries after transient errors, %d bytes",
+             work.index, counts.requests, counts.retries, counts.bytes)
+    return counts.to_dict()
+
+
 def build_sidecar(job: Job, task: int, result: ShardResult, skips: SkipLog, backend_info: dict | None,
-                  items: Sequence[TaskItem], elapsed: float, threads: int) -> Sidecar:
-    """Step 5: the sidecar of a written shard (public: the scaling benchmark synthesizes sidecars with it)."""
+                  items: Sequence[TaskItem], elapsed: float, threads: int, remote: dict | None = None) -> Sidecar:
+    """Step 5: the sidecar of a written shard (public: the scaling benchmark synthesizes sidecars with it).
+    ``remote``: requests, retries and bytes of remote inputs (``stats.remote``, only for tasks that read any)."""
     opts, tok = job.options, job.tokenizer
     return Sidecar.holding(
         result, format_version=FORMAT_VERSION, created_by=CREATED_BY, task=task, shard=shard_name(task),
@@ -272,5 +288,6 @@ def build_sidecar(job: Job, task: int, result: ShardResult, skips: SkipLog, back
             "peak_rss_bytes": peak_rss_bytes(),
             "host": os.uname().nodename,
             "slurm_job": os.environ.get("SLURM_JOB_ID"),
+            **({"remote": remote} if remote is not None else {}),
         },
     )
