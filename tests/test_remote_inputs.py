@@ -57,3 +57,36 @@ def test_remote_corpus_tokenizes_to_the_same_shards_as_local_files(request, stor
     assert sum(len([it for it in t.items if it.input.path.endswith("big.txt")]) for t in plan_tasks(out)) >= 3
     stats = [json.loads(p.read_text())["stats"]["remote"] for p in out.glob("shard-*.json")]
     assert all(s["requests"] >= 1 and s["retries"] == 0 for s in stats), stats
+
+
+def test_slurm_tasks_get_the_store_settings_and_never_a_key(s3_endpoint, corpus, sample_tokenizer, tmp_path, caplog):
+    """As for ``stage --submit``: the array of a plan with remote inputs exports the non-secret settings that
+    point at credentials (profile, region, endpoint, files, fsspec's own options), never a key; the plan
+    records the S3 options the tasks use; a plan of files exports none of them."""
+    from shardprep.executor.slurm.options import SlurmOptions
+    from shardprep.executor.slurm.render import render_tokenize
+    from shardprep.executor.slurm.submission import SubmissionPlan
+    from shardprep.job.state import load_job
+
+    bucket = make_bucket(s3_endpoint, "slurm")
+    s3_client(s3_endpoint).upload_file(str(corpus[0] / "small.jsonl"), bucket, "raw/small.jsonl")
+    remote, local = tmp_path / "remote", tmp_path / "local"
+    run_cli("plan", "--input", f"s3://{bucket}/raw/", "--output", remote, "--tokenizer", sample_tokenizer,
+            "--endpoint-url", s3_endpoint, "--region", "eu-west-3", "--max-attempts", "7")
+    run_cli("plan", "--input", corpus[0] / "small.jsonl", "--output", local, "--tokenizer", sample_tokenizer)
+    assert load_job(local).storage is None and "storage" not in json.loads((local / "job.json").read_text())
+    s3 = load_job(remote).storage.s3
+    assert (s3.endpoint_url, s3.region, s3.max_attempts) == (s3_endpoint, "eu-west-3", 7)
+    environ = {"PATH": "/usr/bin", "AWS_PROFILE": "reader", "AWS_REGION": "eu-west-3", "AWS_ACCESS_KEY_ID": "AKIA1",
+               "AWS_SECRET_ACCESS_KEY": "s3cr3t", "GOOGLE_APPLICATION_CREDENTIALS": "/home/u/sa.json",
+               "AZURE_STORAGE_CONNECTION_STRING": "AccountKey=s3cr3t2", "FSSPEC_GS_PROJECT": "p1",
+               "FSSPEC_AZ_ACCOUNT_KEY": "s3cr3t3", "HOME": str(tmp_path)}
+    (array,) = SubmissionPlan.build([0], max_array_size=1001, indexing="offset").arrays
+    text = render_tokenize(SlurmOptions(), remote, array, environ=environ)
+    for name in ("AWS_PROFILE", "AWS_REGION", "GOOGLE_APPLICATION_CREDENTIALS", "FSSPEC_GS_PROJECT"):
+        assert f"export {name}=" in text, name
+    assert "s3cr3t" not in text and "AKIA1" not in text
+    assert "AWS keys in environment variables are not passed" in caplog.text
+    assert "AZURE_STORAGE_CONNECTION_STRING, FSSPEC_AZ_ACCOUNT_KEY not passed" in caplog.text
+    plain = render_tokenize(SlurmOptions(), local, array, environ=environ)
+    assert "AWS_PROFILE" not in plain and "GOOGLE_APPLICATION_CREDENTIALS" not in plain

@@ -28,7 +28,7 @@ import queue
 import threading
 import zlib
 from dataclasses import dataclass
-from typing import Iterator, Protocol
+from typing import Iterator, Protocol, TypeVar
 
 from shardprep.errors import InputDataError
 from shardprep.inputs.discover import InputFile
@@ -36,6 +36,7 @@ from shardprep.inputs.planned import OpenInput, PlannedSize
 from shardprep.storage.locations import is_url
 
 BLOCK_BYTES = 8 << 20
+T = TypeVar("T")
 REMOTE_MARGIN = 64 << 10    # a remote range shorter than a block is read in one request this much past its end
 
 # What a corrupt compressed stream raises: gzip (OSError/BadGzipFile, EOFError, zlib.error) and zstandard
@@ -267,7 +268,7 @@ def reads_wait(path: str) -> bool:
 _DONE = object()
 
 
-def prefetched(pieces: Iterator[Piece], depth: int = 1) -> Iterator[Piece]:
+def prefetched(pieces: Iterator[T], depth: int = 1) -> Iterator[T]:
     """``pieces``, produced up to ``depth`` ahead in a thread (reads and decompression release the GIL).
 
     An exception in the producer is raised here, in order; leaving early stops the producer at its next

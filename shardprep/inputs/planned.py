@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import os
-from typing import TYPE_CHECKING, Any, Iterator, TypeVar
+import threading
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, TypeVar
 
 from shardprep.errors import InputDataError, ShardprepError
 from shardprep.inputs.discover import InputFile
-from shardprep.storage.locations import is_url, remote_store_for
+from shardprep.storage.locations import is_url, remote_store_for, scheme
 from shardprep.storage.objects import ObjectChanged
 from shardprep.storage.store import SourceRaw
 
@@ -30,6 +32,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from _typeshed import WriteableBuffer
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 def changed_since_planned(inp: InputFile, st: os.stat_result) -> str | None:
@@ -106,6 +109,47 @@ def input_errors(inp: InputFile) -> Iterator[None]:
         raise InputDataError(f"input {inp.path} is missing: {e}", hint="re-plan without it") from None
     except EOFError as e:
         raise InputDataError(f"input {inp.path} is shorter than planned: {e}", hint="re-plan") from None
+
+
+_CONNECTING = threading.Lock()       # held while a thread connects ahead
+_FORK_HOOK: list[bool] = []
+
+
+def connect_ahead(inputs: Iterable[InputFile]) -> None:
+    """Connect to the stores of the remote ones among ``inputs`` in a thread (boto3 alone takes ~0.1 s to
+    import), so that the first read finds them ready; failures are left for that read to report.
+
+    A fork waits until the thread is done (``os.register_at_fork``): a child must not inherit an import or a
+    client half made by it, with its locks held for ever (a task with several CPUs forks its workers).
+    """
+    first = {scheme(i.path): i.path for i in inputs if is_url(i.path)}
+    if not first:
+        return
+
+    def connect() -> None:
+        try:
+            for url in first.values():
+                try:
+                    remote_store_for(url).connect(url)
+                except Exception:   # noqa: BLE001 - the read that needs it raises it again, naming the input
+                    log.debug("connecting ahead to %s failed", url, exc_info=True)
+        finally:
+            _CONNECTING.release()
+
+    if not _FORK_HOOK and hasattr(os, "register_at_fork"):
+        # boto3 imports it, and it registers a pair of fork hooks: imported in the thread while a fork waits
+        # for it, its "after" hook would run without its "before" one (RuntimeError: release unlocked lock)
+        import concurrent.futures.thread  # noqa: F401
+
+        os.register_at_fork(before=_connected)
+        _FORK_HOOK.append(True)
+    _CONNECTING.acquire()           # here, not in the thread: a fork right after this call waits too
+    threading.Thread(target=connect, name="shardprep-connect", daemon=True).start()
+
+
+def _connected() -> None:
+    with _CONNECTING:
+        pass
 
 
 class _Checked:

@@ -40,24 +40,28 @@ def is_input_url(spec: str) -> bool:
 
 
 def glob_regex(pattern: str) -> re.Pattern[str]:
-    """``pattern`` (a URL with glob characters in its key) as a regular expression over whole URLs."""
+    """``pattern`` (a URL with glob characters in its key) as a regular expression over whole URLs, with
+    ``glob.glob(recursive=True)``'s meaning: ``**`` as a whole segment spans any number of directories
+    (none included), anywhere else it is ``*``; ``*``, ``?`` and ``[...]`` stay within a segment."""
     out, i = [], 0
     while i < len(pattern):
-        if pattern.startswith("**/", i):
-            out.append("(?:.*/)?")
+        whole = i == 0 or pattern[i - 1] == "/"
+        if whole and pattern.startswith("**/", i):
+            out.append("(?:[^/]*/)*")
             i += 3
-        elif pattern.startswith("**", i):
+        elif whole and pattern.startswith("**", i) and i + 2 == len(pattern):
             out.append(".*")
             i += 2
         elif pattern[i] == "*":
             out.append("[^/]*")
-            i += 1
+            i += 2 if pattern.startswith("**", i) else 1
         elif pattern[i] == "?":
             out.append("[^/]")
             i += 1
         elif pattern[i] == "[" and (close := pattern.find("]", i + 2)) > 0:
-            body = pattern[i + 1:close]
-            out.append("[" + ("^" + body[1:] if body[0] in "!^" else body).replace("\\", "\\\\") + "]")
+            body = pattern[i + 1:close].replace("\\", "\\\\")
+            body = "^" + body[1:] if body[0] == "!" else "\\" + body if body[0] == "^" else body
+            out.append("(?!/)[" + body + "]")
             i = close + 1
         else:
             out.append(re.escape(pattern[i]))

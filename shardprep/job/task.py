@@ -23,7 +23,7 @@ from typing import Iterator, Sequence
 
 from shardprep.errors import InputDataError
 from shardprep.storage.atomic import remove_stale_temps, write_json_atomic
-from shardprep.inputs.planned import changed_since_planned
+from shardprep.inputs.planned import changed_since_planned, connect_ahead
 from shardprep.inputs.readers import SkipLog
 from shardprep.job.encode import Boundaries, ProgressFn, Sampler, encode_inline, task_batches
 from shardprep.job.plan_files import read_task
@@ -195,6 +195,7 @@ def _load(output: Path, job: Job, task: int, threads: int | None) -> _Context:
     work = read_task(output, job, task)
     log.info("task %d: %s", task, ", ".join(i.describe() for i in work.items))
     _check_inputs_unchanged(work)
+    connect_ahead(i.input for i in work.items)        # remote inputs: while the tokenizer loads
     tok_json = read_frozen_tokenizer(output, job)
     n_threads = threads or usable_cpus()
     set_tokenizer_threads(n_threads)

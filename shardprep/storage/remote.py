@@ -149,6 +149,9 @@ class FsspecStore:
     def sha256(self, location: str, *, block: int = 8 << 20) -> str:
         return sha256_object(location, self.options, block=block)
 
+    def connect(self, location: str) -> None:
+        resolve(location, self.options)
+
     def walk(self, root: str) -> Iterator[ObjectInfo]:
         """The file at ``root`` and every file under ``root/``, with their identity (one listing)."""
         from shardprep.storage.remote_inputs import walk_files

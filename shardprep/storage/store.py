@@ -54,6 +54,11 @@ class Store(Protocol):
 class RemoteStore(Store, Protocol):
     """A store of input objects (``s3://`` and the fsspec URLs): what ``plan`` lists and a task reads (issue 22)."""
 
+    def connect(self, location: str) -> None:
+        """Get ready to serve ``location`` (libraries imported, credentials found, a client made) without a
+        request: a task does it while its tokenizer loads."""
+        ...
+
     def walk(self, root: str) -> Iterator[ObjectInfo]:
         """The object at ``root`` and every object under ``root/``, with size and identity, in URL order."""
         ...
