@@ -173,3 +173,28 @@ def test_plan_names_a_missing_bucket_or_prefix(s3_endpoint, sample_tokenizer, tm
         failed = run_cli("plan", "--input", url, "--output", tmp_path / "out", "--tokenizer", sample_tokenizer,
                          "--endpoint-url", s3_endpoint, check=EXIT_INPUT)
         assert what in one_error_line(failed.stderr) and url.rstrip("/") in failed.stderr
+
+
+def test_doctor_lists_the_url_and_reads_one_object_or_says_why_not(s3_endpoint, corpus, sample_tokenizer, tmp_path):
+    url = upload(s3_endpoint, corpus[0])
+    args = ("doctor", "--tokenizer", sample_tokenizer, "--output", tmp_path / "out", "--input", url, "--json")
+    report = json.loads(run_cli(*args, "--endpoint-url", s3_endpoint, check=False).stdout)
+    (check,) = [c for c in report["checks"] if c["name"] == "input"]
+    assert check["verdict"] in ("ok", "warn") and check["details"]["files"] == 4, check
+    assert f"4 remote object(s) listed, 64.0 KiB of {url}/big.txt read from here" in check["message"]
+    with FaultProxy(s3_endpoint) as proxy:
+        proxy.fail("/raw/big.txt", status=403, code="AccessDenied")
+        report = json.loads(run_cli(*args, "--endpoint-url", proxy.url, check=EXIT_INPUT).stdout)
+    (check,) = [c for c in report["checks"] if c["name"] == "input"]
+    assert check["verdict"] == "fail" and "AccessDenied (HTTP 403)" in check["message"], check
+
+
+def test_resume_refuses_s3_options_other_than_the_plans(s3_endpoint, corpus, sample_tokenizer, tmp_path):
+    url = upload(s3_endpoint, corpus[0])
+    out = tmp_path / "out"
+    run_cli("plan", "--input", url, "--output", out, "--tokenizer", sample_tokenizer, *SHAPE,
+            "--endpoint-url", s3_endpoint)
+    refused = run_cli("submit", "--resume", out, "--endpoint-url", "http://127.0.0.1:9", check=2)
+    line = one_error_line(refused.stderr)
+    assert "--endpoint-url http://127.0.0.1:9: the frozen plan reaches its inputs as it was planned" in line, line
+    run_cli("submit", "--resume", out, "--endpoint-url", s3_endpoint, "--no-progress")    # the plan's own: fine
