@@ -7,11 +7,12 @@ corpus tokenized from local files, and every document appears exactly once."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 from helpers import plan_inputs, plan_tasks, run_cli
-from remote_corpus import RUN, every_document_once, same_shards
+from remote_corpus import RUN, SHAPE, every_document_once, same_shards
 from remote_servers import REMOTE_BACKENDS
 from s3_server import make_bucket, s3_client
 
@@ -90,3 +91,30 @@ def test_slurm_tasks_get_the_store_settings_and_never_a_key(s3_endpoint, corpus,
     assert "AZURE_STORAGE_CONNECTION_STRING, FSSPEC_AZ_ACCOUNT_KEY not passed" in caplog.text
     plain = render_tokenize(SlurmOptions(), local, array, environ=environ)
     assert "AWS_PROFILE" not in plain and "GOOGLE_APPLICATION_CREDENTIALS" not in plain
+
+
+@pytest.mark.slurm
+def test_a_slurm_array_reads_s3_with_credentials_from_a_file_only(tmp_path, slurm_cluster, s3_endpoint, corpus,
+                                                                  local_output, sample_tokenizer):
+    """End to end on the live cluster: the array tasks authenticate from a credentials file (as a node does
+    from ~/.aws), reach moto through the endpoint the plan recorded, and write the local run's shards; the
+    keys in the submitting environment never reach the scripts."""
+    from slurm_cluster import submitted_job_ids, wait_for_jobs
+
+    bucket = make_bucket(s3_endpoint, "slurmread")
+    for f in sorted(corpus[0].iterdir()):
+        s3_client(s3_endpoint).upload_file(str(f), bucket, f"raw/{f.name}")
+    creds = tmp_path / "credentials"
+    creds.write_text("[default]\naws_access_key_id = testing\naws_secret_access_key = file-secret\n")
+    env = {"AWS_SHARED_CREDENTIALS_FILE": str(creds), "AWS_CONFIG_FILE": os.devnull,
+           "AWS_SECRET_ACCESS_KEY": "env-secret-must-not-leak", "AWS_ACCESS_KEY_ID": "env-key"}
+    out = tmp_path / "out"
+    proc = run_cli("submit", "--input", f"s3://{bucket}/raw", "--output", out, "--tokenizer", sample_tokenizer,
+                   *SHAPE, "--endpoint-url", s3_endpoint, "--executor", "slurm", "--time", "5", "--mem", "500M",
+                   env=env)
+    wait_for_jobs(submitted_job_ids(proc.stdout))
+    scripts = "".join(p.read_text() for p in (out / "slurm").glob("*-tokenize-*.sbatch"))
+    assert f"export AWS_SHARED_CREDENTIALS_FILE={creds}" in scripts
+    assert "env-secret-must-not-leak" not in scripts and "env-key" not in scripts and "file-secret" not in scripts
+    assert (out / "index.json").exists(), list((out / "logs").iterdir())
+    same_shards(local_output, out)

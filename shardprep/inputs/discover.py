@@ -1,4 +1,6 @@
-"""Expand ``--input`` specs (files, directories, globs, ``@list`` files) into a sorted list of inputs.
+"""Expand ``--input`` specs (files, directories, globs, ``@list`` files, object-store URLs) into a sorted list
+of inputs.  A URL (``s3://``, ``gs://``, ``az://``, ``https://`` ...) is listed through its store by
+``inputs.remote``; an ``@list`` may mix paths and URLs.
 
 The result is recorded in job.json with size and mtime, so a task can detect an input that changed
 after planning, and re-planning the same inputs always yields the same order.
