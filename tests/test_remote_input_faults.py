@@ -198,3 +198,6 @@ def test_resume_refuses_s3_options_other_than_the_plans(s3_endpoint, corpus, sam
     line = one_error_line(refused.stderr)
     assert "--endpoint-url http://127.0.0.1:9: the frozen plan reaches its inputs as it was planned" in line, line
     run_cli("submit", "--resume", out, "--endpoint-url", s3_endpoint, "--no-progress")    # the plan's own: fine
+    files = tmp_path / "files"                    # a plan of files reaches no store: nothing to refuse
+    run_cli("plan", "--input", corpus[0] / "small.jsonl", "--output", files, "--tokenizer", sample_tokenizer)
+    run_cli("submit", "--resume", files, "--endpoint-url", "http://127.0.0.1:9", "--no-progress")

@@ -43,13 +43,20 @@ def storage_from_args(args: argparse.Namespace) -> StorageOptions:
 
 def refuse_other_storage(args: argparse.Namespace, planned: StorageOptions | None) -> None:
     """``submit --resume``: S3 options typed that differ from the plan's are refused, not dropped (the tasks
-    reach their inputs as the plan's ``storage`` record says)."""
+    reach their inputs as the plan's ``storage`` record says).  A plan of files reaches no store: nothing to
+    refuse."""
+    if planned is None:
+        return
     given = client_options_from_args(args)
-    default, frozen = ClientOptions(), planned.s3 if planned is not None else ClientOptions()
-    differ = [f"--{name.replace('_', '-')} {getattr(given, name)}" for name in ("endpoint_url", "profile", "region",
-                                                                                 "max_attempts")
-              if getattr(given, name) != getattr(default, name) and getattr(given, name) != getattr(frozen, name)]
+    default, frozen = ClientOptions(), planned.s3
+
+    def typed(options: ClientOptions, name: str) -> str:
+        return f"--{name.replace('_', '-')} {getattr(options, name)}"
+
+    names = ("endpoint_url", "profile", "region", "max_attempts")
+    differ = [typed(given, n) for n in names if getattr(given, n) not in (getattr(default, n), getattr(frozen, n))]
     if differ:
+        recorded = ", ".join(typed(frozen, n) for n in names if getattr(frozen, n) != getattr(default, n))
         raise ConfigError(f"{', '.join(differ)}: the frozen plan reaches its inputs as it was planned "
-                          f"({'no remote inputs' if planned is None else frozen})",
+                          f"({recorded or 'with the default S3 options'}; job.json 'storage')",
                           hint="re-plan with the new options (the submit command with --overwrite, or a new --output)")
