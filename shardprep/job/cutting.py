@@ -29,14 +29,12 @@ def _line_length(f: IO[bytes]) -> tuple[int, bool]:
             return n, blank
 
 
-def aligned_boundary(inp: InputFile | str, offset: int, paragraph: bool) -> int:
+def aligned_boundary(inp: InputFile, offset: int, paragraph: bool) -> int:
     """First document boundary at or after ``offset``: the start of the next line (in paragraph mode,
     the line after the next blank line).  Reads only around the boundary, never the whole file (a remote
     object: ranged requests of 64 KiB from ``offset - 1``, held to its planned version)."""
     if offset <= 0:
         return 0
-    if isinstance(inp, str):        # a local file by its path
-        inp = InputFile(inp, 0, 0, "txt", None)
     with OpenInput(inp) as opened, opened.buffered() as f:
         f.seek(offset - 1)
         pos = offset - 1 + _line_length(f)[0]   # finish the line that contains byte offset-1
