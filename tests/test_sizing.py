@@ -84,7 +84,7 @@ def test_no_shard_under_16_mib_unless_the_dataset_is_smaller(monkeypatch, sizes,
     dataset makes less; no task is under half a step; the target is never above the cap unless the floor
     needs it; and when every file can be cut, the tasks are exactly the count chosen: a whole number of
     waves of the slots, or fewer tasks than slots when the floor says so."""
-    monkeypatch.setattr(cutting, "aligned_boundary", lambda inp, offset, paragraph: offset)
+    monkeypatch.setattr(cutting, "aligned_boundary", lambda path, offset, paragraph: offset)
     inputs = [InputFile(f"/d/f{k:03d}.jsonl", s, 0, "jsonl", "gz" if k < len(gz) and gz[k] else None)
               for k, s in enumerate(sizes)]
     rule = auto_sizing(inputs, slots, "test", ratio)
