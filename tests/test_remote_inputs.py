@@ -118,3 +118,22 @@ def test_a_slurm_array_reads_s3_with_credentials_from_a_file_only(tmp_path, slur
     assert "env-secret-must-not-leak" not in scripts and "env-key" not in scripts and "file-secret" not in scripts
     assert (out / "index.json").exists(), list((out / "logs").iterdir())
     same_shards(local_output, out)
+
+
+@pytest.mark.parametrize("store", REMOTE_BACKENDS)
+def test_one_object_a_glob_and_a_missing_name_in_every_store(request, store, corpus, sample_tokenizer, tmp_path):
+    backend = request.getfixturevalue(f"{store}_backend")
+    url = backend.put_dir(corpus[0])
+    connection = ["--endpoint-url", backend.endpoint] if store == "s3" else []
+
+    def plan(spec: str, check: int | bool = True):
+        return run_cli("plan", "--input", spec, "--output", tmp_path / "out", "--tokenizer", sample_tokenizer,
+                       "--overwrite", *connection, env=backend.cli_env(), check=check)
+
+    plan(f"{url}/small.jsonl")
+    assert [(i.path, bool(i.identity)) for i in plan_inputs(tmp_path / "out")] == [(f"{url}/small.jsonl", True)]
+    if store != "http":
+        plan(f"{url}/*.jsonl*")
+        assert [i.path for i in plan_inputs(tmp_path / "out")] == [f"{url}/c.jsonl.gz", f"{url}/small.jsonl"]
+    missing = plan(f"{url}/nothing.jsonl", check=3)
+    assert f"input {url}/nothing.jsonl does not exist" in missing.stderr, missing.stderr

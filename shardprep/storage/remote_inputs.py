@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import email.utils
+from functools import partial
 from typing import Any, Iterator, Mapping
 
 from shardprep.storage.objects import ATTEMPTS, READS, ObjectChanged, ObjectInfo, compare, identity_text, retrying
@@ -56,6 +57,8 @@ def walk_files(root: str, options: Mapping[str, Any]) -> Iterator[ObjectInfo]:
         return
     with remote_errors(f"listing {root}"):
         found = retrying(lambda: fs.find(path.rstrip("/"), detail=True, withdirs=False), f"listing {root}")
+        if isinstance(found, list):     # adlfs answers with names, not details, when ``path`` is one file
+            found = {name: retrying(partial(fs.info, name), f"{root}: HEAD") for name in found}
     for name in sorted(found):
         entry = found[name]
         if entry.get("type", "file") == "file":
