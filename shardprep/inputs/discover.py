@@ -31,7 +31,7 @@ from typing import Any, Iterable
 
 from shardprep.errors import InputDataError
 from shardprep.inputs import arrow
-from shardprep.inputs.remote import expand_url, is_input_url, remote_input
+from shardprep.inputs.remote import expand_url, is_input_url, remote_inputs
 from shardprep.storage.objects import ObjectInfo
 
 log = logging.getLogger(__name__)
@@ -297,6 +297,7 @@ def discover_inputs(specs: Iterable[str], *, strict: bool = False) -> list[Input
     links = LinkReport()
     outputs = OutputDirs()
     remote: dict[str, ObjectInfo] = {}  # URL -> what its listing said
+    objects: dict[str, tuple[ObjectInfo, str, str | None]] = {}    # URL -> its listing, format, compression
     ignored = 0
     specs = list(specs)
     for spec in specs:
@@ -315,7 +316,7 @@ def discover_inputs(specs: Iterable[str], *, strict: bool = False) -> list[Input
                 ignored += 1
                 continue
             if path in remote:
-                seen.setdefault(path, remote_input(remote[path], *kind))
+                objects.setdefault(path, (remote[path], *kind))
                 continue
             real = os.path.realpath(path)
             known = seen.get(real)
@@ -328,6 +329,7 @@ def discover_inputs(specs: Iterable[str], *, strict: bool = False) -> list[Input
                 first, second = sorted((known, inp), key=lambda i: i.path)
                 seen[real] = first
                 links.duplicates[second.path] = first.path
+    seen.update((inp.path, inp) for inp in remote_inputs(list(objects.values())))
     links.warn(strict)
     outputs.log()
     if ignored:

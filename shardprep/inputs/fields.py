@@ -25,6 +25,7 @@ import orjson
 from shardprep.errors import InputDataError
 from shardprep.inputs.discover import InputFile
 from shardprep.inputs.planned import OpenInput, parquet_file
+from shardprep.inputs.remote import in_parallel, is_input_url
 
 SAMPLE_LINES = 100
 SAMPLE_BYTES = 1 << 20
@@ -125,7 +126,12 @@ def field_problem(inp: InputFile, text_field: str) -> str | None:
 def require_text_field(inputs: Iterable[InputFile], text_field: str) -> None:
     """Refuse (InputDataError, exit 3) when an input lacks ``text_field``: one line, the first such input
     and how many others."""
-    problems = [p for inp in inputs if (p := field_problem(inp, text_field)) is not None]
+    inputs = list(inputs)
+    if any(is_input_url(i.path) for i in inputs):      # remote: a request per input, several at once
+        found = in_parallel(lambda inp: field_problem(inp, text_field), inputs)
+    else:
+        found = [field_problem(inp, text_field) for inp in inputs]
+    problems = [p for p in found if p is not None]
     if problems:
         more = f" (and {len(problems) - 1:,} more input(s) like it)" if len(problems) > 1 else ""
         raise InputDataError(problems[0] + more,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable, Sequence, TypeVar
 
 import orjson
 
@@ -29,6 +29,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+R = TypeVar("R")
+CONCURRENCY = 16            # objects read at once while planning (parquet footers, jsonl heads)
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
 _GLOB = re.compile(r"[*?\[]")
 PLAN_NAME = "job.json"
@@ -130,6 +133,24 @@ def expand_url(spec: str, found: dict[str, ObjectInfo]) -> list[tuple[str, bool]
     for info in infos:
         found[info.url] = info
     return [(info.url, explicit) for info in infos]
+
+
+def in_parallel(work: Callable[[T], R], items: Sequence[T]) -> list[R]:
+    """``[work(i) for i in items]``, ``CONCURRENCY`` requests at a time when there are several: a plan of
+    thousands of objects waits for one round trip per ``CONCURRENCY`` of them, not per object."""
+    if len(items) < 2:
+        return [work(i) for i in items]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(min(CONCURRENCY, len(items)), thread_name_prefix="shardprep-plan") as pool:
+        return list(pool.map(work, items))
+
+
+def remote_inputs(objects: Sequence[tuple[ObjectInfo, str, str | None]]) -> list["InputFile"]:
+    """The planned records of listed objects, (listing, format, compression) each (``remote_input``); the
+    parquet footers are read several at once."""
+    parquet = [o for o in objects if o[1] == "parquet"]
+    return [remote_input(*o) for o in objects if o[1] != "parquet"] + in_parallel(lambda o: remote_input(*o), parquet)
 
 
 def remote_input(info: ObjectInfo, fmt: str, compression: str | None) -> "InputFile":
