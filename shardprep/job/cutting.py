@@ -9,10 +9,12 @@ by reading only around each boundary, never a whole file, so planning 1 TB costs
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import IO, Iterator
 
 from shardprep.inputs.discover import InputFile
 from shardprep.inputs.planned import OpenInput, parquet_file
+from shardprep.inputs.remote import in_parallel, is_input_url
 from shardprep.inputs.readers import WorkItem
 from shardprep.job.options import PlanOptions, TokenizeOptions
 
@@ -190,9 +192,11 @@ def _pieces_at(i: int, inp: InputFile, offsets: list[int], opts: TokenizeOptions
     if not inp.splittable:
         return [_whole(i, inp)]
     paragraph = opts.txt_mode == "paragraph"
+    probe = partial(aligned_boundary, inp, paragraph=paragraph)
     bounds = [0]
-    for off in offsets:
-        cut = aligned_boundary(inp, off, paragraph)
+    # a remote object's cuts are probed several at once (one ranged read each): one round trip per
+    # CONCURRENCY cuts of a large object, not one per cut
+    for cut in (in_parallel(probe, offsets) if is_input_url(inp.path) else map(probe, offsets)):
         if bounds[-1] < cut < inp.size:
             bounds.append(cut)
     bounds.append(inp.size)
