@@ -261,7 +261,7 @@ def _write_shard(ctx: _Context, opened: Opened, stop: StopFlag, progress: Progre
         return writer.close(), skips, record
 
 
-def _remote_reads(work: Task, counts: ReadCounts) -> dict | None:
+def _remote_reads(work: Task, counts: ReadCounts) -> dict[str, int] | None:
     """What reading the task's remote inputs cost (the sidecar's ``stats.remote``, and the task log)."""
     if not any(is_url(i.input.path) for i in work.items):
         return None
@@ -271,7 +271,8 @@ def _remote_reads(work: Task, counts: ReadCounts) -> dict | None:
 
 
 def build_sidecar(job: Job, task: int, result: ShardResult, skips: SkipLog, backend_info: dict | None,
-                  items: Sequence[TaskItem], elapsed: float, threads: int, remote: dict | None = None) -> Sidecar:
+                  items: Sequence[TaskItem], elapsed: float, threads: int,
+                  remote: dict[str, int] | None = None) -> Sidecar:
     """Step 5: the sidecar of a written shard (public: the scaling benchmark synthesizes sidecars with it).
     ``remote``: requests, retries and bytes of remote inputs (``stats.remote``, only for tasks that read any)."""
     opts, tok = job.options, job.tokenizer
