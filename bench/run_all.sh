@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Run every benchmark present (tokenize, tokenizer_families, loader, stage, report, plan_scale, task_cost) and write each one's markdown table to
+# Run every benchmark present (tokenize, tokenizer_families, loader, stage, report, plan_scale, task_cost,
+# remote_inputs) and write each one's markdown table to
 # bench/results/<name>.md; docs/benchmarks.md quotes those tables.
 #
 # Usage: bench/run_all.sh [--quick]        extra arguments go to every script
@@ -13,7 +14,7 @@ cd "$(dirname "$0")/.."
 PY="${PYTHON:-python}"
 mkdir -p bench/results
 status=0
-runs=(tokenize tokenizer_families loader stage report plan_scale task_cost)
+runs=(tokenize tokenizer_families loader stage report plan_scale task_cost remote_inputs)
 [ -x /tmp/s3rver/node_modules/.bin/s3rver ] && runs+=(stage-s3rver)
 for name in "${runs[@]}"; do
     script="bench/${name%%-*}.py"

@@ -25,7 +25,7 @@ from shardprep.job.sizing import auto_sizing, balanced_tasks  # noqa: E402
 GB = 1 << 30
 
 
-def _at_offset(path: str, offset: int, paragraph: bool) -> int:
+def _at_offset(inp: object, offset: int, paragraph: bool) -> int:
     return offset
 
 

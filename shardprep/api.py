@@ -15,10 +15,11 @@ from typing import Any, Callable, Sequence
 from shardprep.job.options import PlanOptions, TokenizeOptions
 from shardprep.inputs.discover import discover_inputs
 from shardprep.inputs.fields import require_text_field
-from shardprep.job.plan import Plan, existing_plan, require_documents_possible, write_plan
+from shardprep.job.plan import Plan, existing_plan, recorded_storage, require_documents_possible, write_plan
 from shardprep.job.sizing import choose_sizing
 from shardprep.shard.format import JOB_FILE
 from shardprep.job.schema import Job
+from shardprep.storage.locations import StorageOptions, default_storage
 from shardprep.storage.lock import is_unused_dir, output_lock
 from shardprep.tokenizer.load import resolve_tokenizer
 from shardprep.tokenizer.plan_check import check_at_plan
@@ -30,25 +31,29 @@ PrepareDir = Callable[[Path], "dict[str, Any] | None"]   # see plan_job
 
 def plan_job(inputs: Sequence[str | Path], output: str | Path, tokenizer: str | Path,
              options: TokenizeOptions | None = None, plan_options: PlanOptions | None = None, *,
-             task_slots: tuple[int, str] | None = None,
-             overwrite: bool = False, prepare_dir: PrepareDir | None = None) -> tuple[Plan, Job]:
+             task_slots: tuple[int, str] | None = None, overwrite: bool = False,
+             prepare_dir: PrepareDir | None = None, storage: StorageOptions | None = None) -> tuple[Plan, Job]:
     """Discover inputs, resolve the tokenizer, split into tasks and freeze job.json in ``output``.
 
     ``prepare_dir(output) -> dict | None`` runs before job.json is written (Lustre striping must be set
     on the empty directory before the first file); what it returns is recorded as ``job.lustre``.
     ``task_slots`` (tasks the executor runs at once, why) feeds the default sizing rule (``job.sizing``)
     unless ``plan_options`` names a shape or ``parallel_tasks``; None: this machine's CPUs.
+    ``storage``: how to reach inputs given as URLs (``s3://``, ``gs://`` ...: the S3 connection options; the
+    other stores take theirs from the environment), recorded in job.json for the tasks.
     Returns the plan and the job as written (or as already present, when identical).
     Holds the output directory's lock throughout (``storage.lock``: one writer per directory); an output
     path that is a file or cannot be written is a one-line error before any input is read.
     """
-    with output_lock(output):
-        return _plan_job(inputs, Path(output), tokenizer, options, plan_options, overwrite, prepare_dir, task_slots)
+    with output_lock(output), default_storage(storage):
+        return _plan_job(inputs, Path(output), tokenizer, options, plan_options, overwrite, prepare_dir, task_slots,
+                         storage)
 
 
 def _plan_job(inputs: Sequence[str | Path], output: Path, tokenizer: str | Path, options: TokenizeOptions | None,
               plan_options: PlanOptions | None, overwrite: bool,
-              prepare_dir: PrepareDir | None, task_slots: tuple[int, str] | None = None) -> tuple[Plan, Job]:
+              prepare_dir: PrepareDir | None, task_slots: tuple[int, str] | None = None,
+              storage: StorageOptions | None = None) -> tuple[Plan, Job]:
     options = options or TokenizeOptions()
     plan_options = plan_options or PlanOptions()
     found = discover_inputs([str(i) for i in inputs], strict=options.strict)
@@ -71,7 +76,7 @@ def _plan_job(inputs: Sequence[str | Path], output: Path, tokenizer: str | Path,
                                   allow_special_tokens=options.allow_special_tokens,
                                   fingerprint=resolved.info.fingerprint,
                                   reference=resolved.reference(options.allow_special_tokens))
-    plan = Plan(found, resolved, options, sizing, backend_check)
+    plan = Plan(found, resolved, options, sizing, backend_check, recorded_storage(found, storage))
     lustre: dict[str, Any] | None = None
     if prepare_dir is not None:
         if is_unused_dir(output):      # new: only the lock file in it

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 # Session fixtures shared by several test modules: a real S3 API (moto server), the other object-store
-# emulators (remote_servers.py) and the live Slurm cluster.
-pytest_plugins = ("s3_server", "remote_servers", "slurm_cluster")
+# emulators (remote_servers.py), the corpus of the remote-input tests and the live Slurm cluster.
+pytest_plugins = ("s3_server", "remote_servers", "remote_corpus", "slurm_cluster")
 
 
 def _find_shared() -> Path:

@@ -16,6 +16,7 @@ import http.client
 import itertools
 import logging
 import os
+import socket
 import threading
 import time
 import urllib.parse
@@ -133,6 +134,7 @@ class _ProxyState:
     throttle_bps: float | None = None
     log: list[RequestRecord] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    dead: threading.Event = field(default_factory=threading.Event)    # FaultProxy.kill: answer nothing
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -180,6 +182,10 @@ class _Handler(BaseHTTPRequestHandler):
             if hold.matches(self.command, path, parsed.query):
                 hold.arrived.set()
                 hold.release.wait(timeout=300)
+        if self.state.dead.is_set():      # a killed server: the connection drops without an answer
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return
         rule = self._fault(path)
         if rule is not None and rule.status:
             status = rule.status
@@ -225,11 +231,11 @@ class _Handler(BaseHTTPRequestHandler):
 class FaultProxy:
     """HTTP proxy in front of ``upstream`` (``http://host:port``) with injected faults and a request log."""
 
-    def __init__(self, upstream: str, *, throttle_bytes_per_s: float | None = None):
+    def __init__(self, upstream: str, *, throttle_bytes_per_s: float | None = None, port: int = 0):
         u = urllib.parse.urlsplit(upstream)
         self.state = _ProxyState(upstream=(u.hostname, u.port), throttle_bps=throttle_bytes_per_s)
         handler = type("Handler", (_Handler,), {"state": self.state})
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
@@ -261,6 +267,15 @@ class FaultProxy:
             self.state.holds.append(rule)
         return rule
 
+    def kill(self) -> None:
+        """Die as a server does: stop listening (new connections are refused) and drop every request in
+        flight, held ones included, without an answer.  A new proxy on the same ``port`` comes back."""
+        self.state.dead.set()
+        self._server.shutdown()
+        self._server.server_close()
+        for hold in self.state.holds:
+            hold.release.set()
+
     def requests_for(self, substring: str, method: str | None = None) -> list[RequestRecord]:
         return [r for r in self.log if substring in r.path and (method is None or r.method == method)]
 
@@ -269,6 +284,8 @@ class FaultProxy:
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        if self.state.dead.is_set():
+            return
         for hold in self.state.holds:
             hold.release.set()
         self._server.shutdown()

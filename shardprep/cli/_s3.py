@@ -1,5 +1,6 @@
-"""The S3 connection options, one set for every command that reaches S3: ``stage`` and ``upload``, and the
-commands that take an output's URL (``verify``, ``inspect``, ``report``, ``status``).
+"""The S3 connection options, one set for every command that reaches S3: ``stage`` and ``upload``, the
+commands that take an output's URL (``verify``, ``inspect``, ``report``, ``status``), and those that take
+input URLs (``plan``, ``submit``, ``doctor``; the plan records them for its tasks).
 
 Credentials are never among them (boto3's standard chain only).  Unset, each falls back to the
 environment (``AWS_ENDPOINT_URL``, ``AWS_PROFILE``, ``AWS_REGION``) as boto3 does.
@@ -11,6 +12,7 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from shardprep.cli.args import add_field, from_fields
+from shardprep.errors import ConfigError
 from shardprep.storage.s3 import ClientOptions
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -37,3 +39,24 @@ def storage_from_args(args: argparse.Namespace) -> StorageOptions:
     from shardprep.storage.locations import StorageOptions    # not for stage and upload, which use the client
 
     return StorageOptions(s3=client_options_from_args(args))
+
+
+def refuse_other_storage(args: argparse.Namespace, planned: StorageOptions | None) -> None:
+    """``submit --resume``: S3 options typed that differ from the plan's are refused, not dropped (the tasks
+    reach their inputs as the plan's ``storage`` record says).  A plan of files reaches no store: nothing to
+    refuse."""
+    if planned is None:
+        return
+    given = client_options_from_args(args)
+    default, frozen = ClientOptions(), planned.s3
+
+    def typed(options: ClientOptions, name: str) -> str:
+        return f"--{name.replace('_', '-')} {getattr(options, name)}"
+
+    names = ("endpoint_url", "profile", "region", "max_attempts")
+    differ = [typed(given, n) for n in names if getattr(given, n) not in (getattr(default, n), getattr(frozen, n))]
+    if differ:
+        recorded = ", ".join(typed(frozen, n) for n in names if getattr(frozen, n) != getattr(default, n))
+        raise ConfigError(f"{', '.join(differ)}: the frozen plan reaches its inputs as it was planned "
+                          f"({recorded or 'with the default S3 options'}; job.json 'storage')",
+                          hint="re-plan with the new options (the submit command with --overwrite, or a new --output)")

@@ -7,6 +7,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
+from shardprep.cli._s3 import add_s3_arguments, storage_from_args
 from shardprep.cli.args import add_field
 from shardprep.executor import EXECUTORS
 from shardprep.job.options import TokenizeOptions
@@ -38,6 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the executor you will use; with slurm or submitit a missing or unreachable Slurm is a "
                         "failure, otherwise a warning")
     p.add_argument("--json", action="store_true", help="print the report as JSON (schema in docs/doctor.md)")
+    add_s3_arguments(p)
 
 
 def _print_text(report: Report) -> None:
@@ -60,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     environ = dict(os.environ)     # what the user has set, before the speed test pins one thread
     set_tokenizer_threads(1)
     report = run_doctor(args.tokenizer, args.output, args.input, text_field=args.text_field,
-                        executor=args.executor, environ=environ)
+                        executor=args.executor, environ=environ, storage=storage_from_args(args))
     if args.json:
         sys.stdout.write(orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n")
     else:

@@ -8,6 +8,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from shardprep.cli._s3 import add_s3_arguments, storage_from_args
 from shardprep.cli.args import add_field, count_arg, from_fields, size_arg, size_text
 from shardprep.errors import ConfigError
 from shardprep.job.options import BACKENDS, TXT_MODES, PlanOptions, TokenizeOptions
@@ -30,6 +31,7 @@ SMALL_TASK_FLOOR = 1 << 20
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_plan_arguments(p)
     add_small_tasks_argument(p)
+    add_s3_arguments(p)
 
 
 def add_small_tasks_argument(p: argparse.ArgumentParser) -> None:
@@ -94,7 +96,8 @@ def add_plan_arguments(p: argparse.ArgumentParser, *, required: bool = True) -> 
     g.add_argument("--input", "-i", action="append", required=False, metavar="PATH",
                    help="input file, directory (walked recursively), glob, or @FILE listing paths; repeatable. "
                         "Types: .txt, .jsonl, .parquet, .arrow, or a save_to_disk directory; txt/jsonl may be "
-                        ".gz or .zst")
+                        ".gz or .zst.  Also an object store URL read in place (s3://, gs://, az://, abfs://, "
+                        "https://: one object, a prefix, or a glob on the key; docs/dataflow.md)")
     g.add_argument("--output", "-o", required=required, metavar="DIR", help="output directory for shards and job.json")
     g.add_argument("--tokenizer", "-t", metavar="SPEC",
                    help="tokenizer.json file, directory with tokenizer files, or Hugging Face hub id "
@@ -156,7 +159,7 @@ def plan_from_args(args: argparse.Namespace, task_slots: tuple[int, str] | None 
     layout = stripe_layout_from_args(args, default=DEFAULT_SHARD_LAYOUT)
     return plan_job(args.input, args.output, args.tokenizer, from_fields(TokenizeOptions, args),
                     from_fields(PlanOptions, args), task_slots=task_slots, overwrite=args.overwrite,
-                    prepare_dir=lambda out: prepare_output_dir(out, layout))
+                    prepare_dir=lambda out: prepare_output_dir(out, layout), storage=storage_from_args(args))
 
 
 def add_stripe_arguments(parser: argparse.ArgumentParser, *, default: StripeLayout = DEFAULT_SHARD_LAYOUT,

@@ -20,7 +20,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import gc
+
     result = run_task(Path(args.output), args.task_id, threads=args.threads)
     verb = "already done" if result.skipped_existing else "done"
     print(f"task {result.task} {verb}: {result.documents:,} documents, {result.tokens:,} tokens")
+    # The process ends now, its shard and sidecar written: spare the interpreter's last collection of every
+    # object left (botocore's service models alone cost ~0.15 s of a task reading from S3).
+    gc.freeze()
     return 0

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from shardprep.cli._resume import refuse_unapplied_options, replan_conflict
+from shardprep.cli._s3 import add_s3_arguments, refuse_other_storage
 from shardprep.cli._slurm import add_executor_arguments, add_slurm_arguments, executor_from_args
 from shardprep.cli.plan import (add_plan_arguments, add_small_tasks_argument, check_plan_arguments, plan_from_args,
                                 sizing_line)
@@ -27,6 +28,7 @@ frozen plan without re-specifying it."""
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_plan_arguments(p, required=False)
     add_small_tasks_argument(p)
+    add_s3_arguments(p)
     g = p.add_argument_group("execution")
     add_executor_arguments(g)
     g.add_argument("--resume", metavar="DIR", default=None,
@@ -44,6 +46,7 @@ def _resume(args: argparse.Namespace) -> tuple[Path, Job]:
         raise ConfigError(f"--output {args.output} and --resume {args.resume} name different directories")
     job = load_job(output)
     read_frozen_tokenizer(output, job)
+    refuse_other_storage(args, job.storage)
     if not (args.input or args.tokenizer):
         refuse_unapplied_options(args, output, job)
         return output, job

@@ -26,7 +26,9 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 from shardprep import __version__
 from shardprep.doctor.machine import (FAIL, OK, WARN, Check, check_cpus, check_environment, check_filesystem,
                                       check_memory, check_slurm, check_versions, check_write_permission)
+from shardprep.inputs.planned import OpenInput, parquet_file
 from shardprep.storage.local import existing_ancestor
+from shardprep.storage.locations import StorageOptions, default_storage, is_url
 from shardprep.job.resources import usable_cpus
 from shardprep.job.sizing import auto_sizing
 from shardprep.units import human_bytes
@@ -47,6 +49,7 @@ SAMPLE_BYTES = 4 << 20           # uncompressed text inputs: bytes read for the 
 TIMING_S = 0.5                   # encode the sample repeatedly for at least this long
 COMPRESSED_TEXT_RATIO = 4.0      # assumed text bytes per compressed byte (gz/zst) for size estimates
 SPLIT_LIMIT = 4 << 30            # a compressed input above this is one long task (it cannot be split)
+REMOTE_PROBE_BYTES = 64 << 10    # read from the first remote input: its URL is readable from here
 PACK_OVERHEAD = 1.03             # shard bytes over raw token bytes (docs/format.md)
 
 
@@ -137,9 +140,8 @@ def check_tokenizer(ctx: Context) -> Check:
 def _text_bytes(inp: InputFile) -> int:
     """Text bytes an input expands to (an estimate on the safe side: JSON syntax counts as text)."""
     if inp.format == "parquet":
-        import pyarrow.parquet as pq
-
-        md = pq.ParquetFile(inp.path).metadata
+        with OpenInput(inp) as opened:
+            md = parquet_file(opened).metadata
         return sum(md.row_group(g).total_byte_size for g in range(md.num_row_groups))
     if inp.compression:
         return int(inp.size * COMPRESSED_TEXT_RATIO)
@@ -169,6 +171,17 @@ def _read_sample(ctx: Context) -> dict:
     return skips.counts
 
 
+def _remote_read(found: list[InputFile]) -> str:
+    """The first remote input's head read from here (its URL was listed by discovery), for the message."""
+    remote = [i for i in found if is_url(i.path)]
+    if not remote:
+        return ""
+    with OpenInput(remote[0]) as opened:
+        head = opened.raw.read(min(remote[0].size, REMOTE_PROBE_BYTES))
+        opened.check()
+    return f"; {len(remote):,} remote object(s) listed, {human_bytes(len(head))} of {remote[0].path} read from here"
+
+
 def check_input(ctx: Context) -> Check:
     from shardprep.inputs.discover import discover_inputs
     from shardprep.inputs.fields import require_text_field
@@ -181,6 +194,7 @@ def check_input(ctx: Context) -> Check:
         require_text_field(ctx.found, ctx.text_field)       # what plan and submit refuse
         ctx.text_bytes = sum(_text_bytes(i) for i in ctx.found)
         skipped = _read_sample(ctx)
+        remote = _remote_read(ctx.found)
     except ShardprepError as e:
         return Check("input", FAIL, str(e), e.hint or "fix or remove the named input", {"skipped": False}, EXIT_INPUT)
     formats: dict[str, int] = {}
@@ -195,7 +209,7 @@ def check_input(ctx: Context) -> Check:
                "sample_documents": len(ctx.sample), "sample_skips": skipped}
     msg = (f"{len(ctx.found):,} file(s), {human_bytes(total)} ({', '.join(f'{n} {k}' for k, n in formats.items())}); "
            f"default sizing: about {human_bytes(sizing.target_task_bytes or 0)} per task here "
-           f"(`plan` prints the exact tasks; --one-file-per-task: {len(ctx.found):,})")
+           f"(`plan` prints the exact tasks; --one-file-per-task: {len(ctx.found):,}){remote}")
     if ctx.sample:
         ctx.sample_source = f"the first documents of {ctx.found[0].path}"
     if ctx.input_warnings:
@@ -331,8 +345,16 @@ def _machine_checks(ctx: Context) -> list[Callable[[], Check]]:
 
 
 def run_doctor(tokenizer: str, output: str | Path, inputs: Sequence[str] = (), *, text_field: str = "text",
-               executor: str | None = None, environ: Mapping[str, str] | None = None) -> Report:
-    """Run every check in order and return the report (never raises for what it finds)."""
+               executor: str | None = None, environ: Mapping[str, str] | None = None,
+               storage: StorageOptions | None = None) -> Report:
+    """Run every check in order and return the report (never raises for what it finds); ``storage``: how
+    to reach input URLs (the S3 options of the command line)."""
+    with default_storage(storage):
+        return _run_doctor(tokenizer, output, inputs, text_field, executor, environ)
+
+
+def _run_doctor(tokenizer: str, output: str | Path, inputs: Sequence[str], text_field: str, executor: str | None,
+                environ: Mapping[str, str] | None) -> Report:
     ctx = Context(str(tokenizer), Path(output), [str(i) for i in inputs], text_field, executor,
                   dict(os.environ if environ is None else environ))
     steps: list[tuple[str, Callable[[], Check]]] = [

@@ -10,7 +10,7 @@ Parquet and Arrow inputs are read a record batch at a time (``inputs.tabular``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, Sequence
 
 from shardprep.inputs.blocks import (BLOCK_BYTES, LongLine, Piece, TextBlock, item_blocks, prefetched,
                                      reads_wait)
@@ -32,9 +32,78 @@ class ReadCount:
     documents: int = 0
 
 
+def items_batches(items: Sequence[tuple[InputFile, WorkItem]], opts: ReadOptions, skips: SkipLog, *,
+                  block_bytes: int = BLOCK_BYTES, prefetch: bool | None = None) -> Iterator[DocBatch]:
+    """:func:`item_batches` of each item in turn.  Where reads wait (``prefetch``, as there), the blocks of
+    the text items come from one read-ahead thread: the next item's first block is on its way while this
+    item's last one is encoded, so a task of many objects does not wait for each one's first request
+    (still one block ahead: at most one block queued, one being read)."""
+    ahead = _ReadAhead(items, opts.max_doc_bytes, block_bytes, prefetch)
+    try:
+        for k, (inp, item) in enumerate(items):
+            yield from item_batches(inp, item, opts, skips, block_bytes=block_bytes, prefetch=prefetch,
+                                    pieces=ahead.pieces(k))
+    finally:
+        ahead.close()
+
+
+class _ReadAhead:
+    """One read-ahead thread over the blocks of several items, in item order: ``pieces(k)`` ends where the
+    first block of the next item read ahead arrives (kept for it), so the thread never waits for the
+    consumer to finish an item before it asks for the next one.  An item's error is raised by its own
+    ``pieces``.  None of it runs unless an item's reads wait."""
+
+    def __init__(self, items: Sequence[tuple[InputFile, WorkItem]], limit: int, block_bytes: int,
+                 prefetch: bool | None):
+        self.ahead = [k for k, (inp, _) in enumerate(items) if not inp.tabular
+                      and (prefetch or (prefetch is None and reads_wait(inp.path)))]
+        self._stream: Iterator[tuple[int, Piece | Exception]] | None = None
+        self._next: tuple[int, Piece | Exception] | None = None
+        if self.ahead:
+            self._stream = prefetched(self._chain(items, limit, block_bytes))
+
+    def _chain(self, items: Sequence[tuple[InputFile, WorkItem]], limit: int,
+               block_bytes: int) -> Iterator[tuple[int, Piece | Exception]]:
+        for k in self.ahead:
+            inp, item = items[k]
+            try:
+                for piece in item_blocks(inp, item.start, item.end, limit, block_bytes=block_bytes):
+                    yield k, piece
+            except Exception as e:  # noqa: BLE001 - raised by item k's reader, in its place
+                yield k, e
+                return
+
+    def pieces(self, k: int) -> Iterator[Piece] | None:
+        """Item ``k``'s blocks from the thread; None when it is not read ahead."""
+        if self._stream is None or k not in self.ahead:
+            return None
+        return self._take(k, self._stream)
+
+    def _take(self, k: int, stream: Iterator[tuple[int, Piece | Exception]]) -> Iterator[Piece]:
+        while True:
+            if self._next is None:
+                try:
+                    self._next = next(stream)
+                except StopIteration:
+                    return
+            j, piece = self._next
+            if j != k:
+                return
+            self._next = None
+            if isinstance(piece, Exception):
+                raise piece
+            yield piece
+
+    def close(self) -> None:
+        close = getattr(self._stream, "close", None)
+        if close is not None:
+            close()
+
+
 def item_batches(inp: InputFile, item: WorkItem, opts: ReadOptions, skips: SkipLog, *,
                  block_bytes: int = BLOCK_BYTES, fast: bool = True, prefetch: bool | None = None,
-                 watch: bool = True, count: ReadCount | None = None) -> Iterator[DocBatch]:
+                 watch: bool = True, count: ReadCount | None = None,
+                 pieces: Iterator[Piece] | None = None) -> Iterator[DocBatch]:
     """The documents of one work item, in file order, as batches (none empty); skips go to ``skips``.
 
     Exactly the planned bytes or rows are read, and an input that changed while it was read raises
@@ -42,11 +111,12 @@ def item_batches(inp: InputFile, item: WorkItem, opts: ReadOptions, skips: SkipL
     policy's definition; tests compare the two); ``prefetch`` reads one block ahead in a thread (None:
     where reads wait, ``inputs.blocks.reads_wait``);
     ``watch`` False leaves the suspicious-input warning to the caller (who reads an item in pieces);
-    ``count`` receives the lines and documents read.
+    ``count`` receives the lines and documents read; ``pieces``: a text item's blocks, already being
+    read (``items_batches``).
     """
     guard = ItemWatch(skips) if watch else None
     count = count if count is not None else ReadCount()
-    for batch in _batches(inp, item, opts, skips, block_bytes, fast, prefetch, count):
+    for batch in _batches(inp, item, opts, skips, block_bytes, fast, prefetch, count, pieces):
         if batch.docs:
             count.documents += batch.docs
             yield batch
@@ -55,7 +125,7 @@ def item_batches(inp: InputFile, item: WorkItem, opts: ReadOptions, skips: SkipL
 
 
 def _batches(inp: InputFile, item: WorkItem, opts: ReadOptions, skips: SkipLog, block_bytes: int, fast: bool,
-             prefetch: bool | None, count: ReadCount) -> Iterator[DocBatch]:
+             prefetch: bool | None, count: ReadCount, pieces: Iterator[Piece] | None) -> Iterator[DocBatch]:
     if inp.tabular:
         from shardprep.inputs.tabular import arrow_batches, parquet_batches
 
@@ -63,9 +133,10 @@ def _batches(inp: InputFile, item: WorkItem, opts: ReadOptions, skips: SkipLog, 
         read = parquet_batches if inp.format == "parquet" else arrow_batches
         yield from rows_then_check(inp, read(inp, item.start, end, opts.text_field, opts.max_doc_bytes, skips))
         return
-    pieces: Iterator[Piece] = item_blocks(inp, item.start, item.end, opts.max_doc_bytes, block_bytes=block_bytes)
-    if prefetch or (prefetch is None and reads_wait(inp.path)):
-        pieces = prefetched(pieces)
+    if pieces is None:
+        pieces = item_blocks(inp, item.start, item.end, opts.max_doc_bytes, block_bytes=block_bytes)
+        if prefetch or (prefetch is None and reads_wait(inp.path)):
+            pieces = prefetched(pieces)
     if inp.format == "txt" and opts.txt_mode == "paragraph":
         yield from _paragraph_batches(pieces, inp.path, item.first_line, opts.max_doc_bytes, skips, count)
     else:

@@ -28,13 +28,16 @@ import queue
 import threading
 import zlib
 from dataclasses import dataclass
-from typing import Iterator, Protocol
+from typing import Iterator, Protocol, TypeVar
 
 from shardprep.errors import InputDataError
 from shardprep.inputs.discover import InputFile
-from shardprep.inputs.planned import PlannedSize, check_unchanged
+from shardprep.inputs.planned import OpenInput, PlannedSize
+from shardprep.storage.locations import is_url
 
 BLOCK_BYTES = 8 << 20
+T = TypeVar("T")
+REMOTE_MARGIN = 64 << 10    # a remote range shorter than a block is read in one request this much past its end
 
 # What a corrupt compressed stream raises: gzip (OSError/BadGzipFile, EOFError, zlib.error) and zstandard
 # (ZstdError, a subclass of Exception only).
@@ -81,21 +84,23 @@ class LongLine:
 Piece = TextBlock | LongLine
 
 
-def open_binary(inp: InputFile) -> tuple[int, Stream]:
-    """(descriptor to ``fstat`` after reading, decompressed stream); compressed files end at the planned size."""
-    try:
-        raw = open(inp.path, "rb", buffering=0)
-    except OSError as e:
-        raise InputDataError(f"input {inp.path} is not readable: {e.strerror}") from None
+def open_binary(inp: InputFile) -> tuple[OpenInput, Stream]:
+    """(the opened input, to ``check()`` after reading; its decompressed stream); a compressed input ends at
+    its planned size.  A remote object is read in ranged requests of the size asked (a block), or of
+    ``BLOCK_BYTES`` under a decompressor."""
+    opened = OpenInput(inp)
     if inp.compression is None:
-        return raw.fileno(), raw
-    planned = PlannedSize(raw, inp.size)
+        return opened, opened.raw
+    # a remote object ends at its planned size (SourceRaw) and is read in requests of a block
+    planned: io.RawIOBase | io.BufferedReader = (opened.buffered(BLOCK_BYTES) if opened.remote
+                                                 else PlannedSize(opened.raw, inp.size))
     if inp.compression == "gz":
-        return raw.fileno(), gzip.GzipFile(fileobj=io.BufferedReader(planned, buffer_size=1 << 20))
+        source = planned if opened.remote else io.BufferedReader(planned, buffer_size=1 << 20)
+        return opened, gzip.GzipFile(fileobj=source)
     import zstandard
 
     # zstandard's stub asks for IO[bytes]; the reader needs only read(), which a RawIOBase has
-    return raw.fileno(), zstandard.ZstdDecompressor().stream_reader(planned, closefd=True)  # type: ignore[arg-type]
+    return opened, zstandard.ZstdDecompressor().stream_reader(planned, closefd=True)  # type: ignore[arg-type]
 
 
 class CorruptStream(Exception):
@@ -212,21 +217,26 @@ def scan_blocks(f: Stream, start: int, end: int | None, limit: int,
 def item_blocks(inp: InputFile, start: int, end: int | None, limit: int, *,
                 block_bytes: int = BLOCK_BYTES) -> Iterator[Piece]:
     """:func:`scan_blocks` over one input's range, with the checks the plan asks for: never past the
-    planned size, and, once the range is read, the file unchanged since planning (``fstat``)."""
-    fd, f = open_binary(inp)
+    planned size, and, once the range is read, the input unchanged since planning (``fstat``, or the
+    remote object's identity).  A remote range shorter than a block is read in one request of its size
+    and ``REMOTE_MARGIN`` (to finish its last line), not a whole block past its end."""
+    opened, f = open_binary(inp)
     try:
         if start:
             f.seek(start)
         if end is None and inp.compression is None:
             end = inp.size
+        if opened.remote and end is not None:
+            block_bytes = min(block_bytes, end - start + REMOTE_MARGIN)
         try:
             yield from scan_blocks(f, start, end, limit, block_bytes)
         except CorruptStream as e:  # a corrupt gzip/zstd stream, or one cut short by a truncation
-            check_unchanged(inp, os.fstat(fd))
+            opened.check()
             raise InputDataError(f"{inp.path}: cannot read input near byte {e.at}: {e.cause}") from None
-        check_unchanged(inp, os.fstat(fd))
+        opened.check()
     finally:
         f.close()
+        opened.close()
 
 
 # File systems whose reads come from memory or a local device in a few milliseconds per block.
@@ -245,9 +255,12 @@ def _mounts() -> list:
 
 
 def reads_wait(path: str) -> bool:
-    """Whether reading ``path`` waits on a network or cluster file system (worth a block read ahead)."""
+    """Whether reading ``path`` waits on a network or cluster file system or an object store (worth a block
+    read ahead)."""
     from shardprep.storage.lustre import mount_for
 
+    if is_url(path):
+        return True
     mount = mount_for(os.path.abspath(path), _mounts())
     return mount is not None and mount.fstype not in LOCAL_FILE_SYSTEMS
 
@@ -255,7 +268,7 @@ def reads_wait(path: str) -> bool:
 _DONE = object()
 
 
-def prefetched(pieces: Iterator[Piece], depth: int = 1) -> Iterator[Piece]:
+def prefetched(pieces: Iterator[T], depth: int = 1) -> Iterator[T]:
     """``pieces``, produced up to ``depth`` ahead in a thread (reads and decompression release the GIL).
 
     An exception in the producer is raised here, in order; leaving early stops the producer at its next

@@ -1,4 +1,6 @@
-"""Expand ``--input`` specs (files, directories, globs, ``@list`` files) into a sorted list of inputs.
+"""Expand ``--input`` specs (files, directories, globs, ``@list`` files, object-store URLs) into a sorted list
+of inputs.  A URL (``s3://``, ``gs://``, ``az://``, ``https://`` ...) is listed through its store by
+``inputs.remote``; an ``@list`` may mix paths and URLs.
 
 The result is recorded in job.json with size and mtime, so a task can detect an input that changed
 after planning, and re-planning the same inputs always yields the same order.
@@ -29,6 +31,8 @@ from typing import Any, Iterable
 
 from shardprep.errors import InputDataError
 from shardprep.inputs import arrow
+from shardprep.inputs.remote import expand_url, is_input_url, remote_inputs
+from shardprep.storage.objects import ObjectInfo
 
 log = logging.getLogger(__name__)
 
@@ -42,15 +46,22 @@ PLAN_FILE = "job.json"          # a shardprep output's frozen plan (shard.format
 
 @dataclass(frozen=True)
 class InputFile:
+    """One input as planned.  ``path`` is an absolute path, or the URL of a remote object (issue 22), whose
+    ``identity`` (ETag, version, generation: ``storage.objects``) the plan freezes with its size."""
+
     path: str
     size: int
     mtime_ns: int
     format: str               # txt | jsonl | parquet | arrow
     compression: str | None   # None | gz | zst
     rows: int | None = None   # parquet/arrow: total rows (for row-range splitting)
+    identity: str | None = None   # a remote object's identity; None for files (absent from their records)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        if self.identity is None:
+            del d["identity"]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "InputFile":
@@ -231,8 +242,12 @@ def _loop_link(path: str) -> tuple[str, str] | None:
     return None
 
 
-def _expand_one(spec: str, links: LinkReport, outputs: OutputDirs) -> list[tuple[str, bool]]:
-    """(path, explicit) pairs; explicit paths must be known input types, walked ones may be skipped."""
+def _expand_one(spec: str, links: LinkReport, outputs: OutputDirs,
+                remote: dict[str, ObjectInfo]) -> list[tuple[str, bool]]:
+    """(path, explicit) pairs; explicit paths must be known input types, walked ones may be skipped.
+    A URL's objects are listed once (``inputs.remote``); their listing records go to ``remote``."""
+    if is_input_url(spec):
+        return expand_url(spec, remote)
     if spec.startswith("@"):
         list_file = spec[1:]
         try:
@@ -244,10 +259,10 @@ def _expand_one(spec: str, links: LinkReport, outputs: OutputDirs) -> list[tuple
         for n, line in enumerate(lines, 1):
             line = line.strip()
             if line and not line.startswith("#"):
-                p = line if os.path.isabs(line) else os.path.join(base, line)
-                if not os.path.exists(p):
+                p = line if os.path.isabs(line) or is_input_url(line) else os.path.join(base, line)
+                if not is_input_url(p) and not os.path.exists(p):
                     raise InputDataError(f"{list_file}:{n}: listed input {line} does not exist")
-                out.extend(_expand_one(p, links, outputs))
+                out.extend(_expand_one(p, links, outputs, remote))
         return out
     if os.path.isdir(spec):
         splits = arrow.saved_dataset_splits(spec)
@@ -278,14 +293,16 @@ def discover_inputs(specs: Iterable[str], *, strict: bool = False) -> list[Input
     Raises InputDataError when nothing usable is found, a named file is of an unknown type, a file
     cannot be read, or (``strict``) a symlink loop was met.
     """
-    seen: dict[str, InputFile] = {}   # real path -> input (under its smallest path)
+    seen: dict[str, InputFile] = {}   # real path (a URL: itself) -> input (under its smallest path)
     links = LinkReport()
     outputs = OutputDirs()
+    remote: dict[str, ObjectInfo] = {}  # URL -> what its listing said
+    objects: dict[str, tuple[ObjectInfo, str, str | None]] = {}    # URL -> its listing, format, compression
     ignored = 0
     specs = list(specs)
     for spec in specs:
-        for path, explicit in _expand_one(str(spec), links, outputs):
-            if outputs.owner(path) is not None:
+        for path, explicit in _expand_one(str(spec), links, outputs, remote):
+            if path not in remote and outputs.owner(path) is not None:
                 continue
             kind = classify(path)
             if kind is not None and kind[0] == "arrow" and not explicit:
@@ -298,6 +315,9 @@ def discover_inputs(specs: Iterable[str], *, strict: bool = False) -> list[Input
                     )
                 ignored += 1
                 continue
+            if path in remote:
+                objects.setdefault(path, (remote[path], *kind))
+                continue
             real = os.path.realpath(path)
             known = seen.get(real)
             if known is not None and known.path == os.path.abspath(path):
@@ -309,6 +329,7 @@ def discover_inputs(specs: Iterable[str], *, strict: bool = False) -> list[Input
                 first, second = sorted((known, inp), key=lambda i: i.path)
                 seen[real] = first
                 links.duplicates[second.path] = first.path
+    seen.update((inp.path, inp) for inp in remote_inputs(list(objects.values())))
     links.warn(strict)
     outputs.log()
     if ignored:

@@ -24,6 +24,8 @@ import orjson
 
 from shardprep.errors import InputDataError
 from shardprep.inputs.discover import InputFile
+from shardprep.inputs.planned import OpenInput, parquet_file
+from shardprep.inputs.remote import in_parallel, is_input_url
 
 SAMPLE_LINES = 100
 SAMPLE_BYTES = 1 << 20
@@ -57,11 +59,7 @@ def _decompressed(raw: BinaryIO, compression: str | None) -> BinaryIO | gzip.Gzi
 
 def _head_lines(inp: InputFile) -> Iterator[bytes]:
     """The first complete lines of a (decompressed) text input, up to the sample limits."""
-    try:
-        raw = open(inp.path, "rb")
-    except OSError as e:
-        raise InputDataError(f"input {inp.path} is not readable: {e.strerror}") from None
-    with raw, _decompressed(raw, inp.compression) as stream:
+    with OpenInput(inp) as opened, opened.buffered() as raw, _decompressed(raw, inp.compression) as stream:
         pending, read, lines = b"", 0, 0
         while read < SAMPLE_BYTES and lines < SAMPLE_LINES:
             try:
@@ -102,12 +100,8 @@ def jsonl_head(inp: InputFile, text_field: str | None) -> HeadFields:
 def column_names(inp: InputFile) -> list[str]:
     """The columns of a parquet or Arrow input, from its schema only."""
     if inp.format == "parquet":
-        import pyarrow.parquet as pq
-
-        try:
-            return list(pq.read_schema(inp.path).names)
-        except Exception as e:   # noqa: BLE001 - pyarrow raises several types for junk files
-            raise InputDataError(f"input {inp.path} is not a readable parquet file: {e}") from None
+        with OpenInput(inp) as opened:
+            return list(parquet_file(opened).schema_arrow.names)
     from shardprep.inputs.arrow import column_names as arrow_columns
 
     return arrow_columns(inp.path)
@@ -132,7 +126,12 @@ def field_problem(inp: InputFile, text_field: str) -> str | None:
 def require_text_field(inputs: Iterable[InputFile], text_field: str) -> None:
     """Refuse (InputDataError, exit 3) when an input lacks ``text_field``: one line, the first such input
     and how many others."""
-    problems = [p for inp in inputs if (p := field_problem(inp, text_field)) is not None]
+    inputs = list(inputs)
+    if any(is_input_url(i.path) for i in inputs):      # remote: a request per input, several at once
+        found = in_parallel(lambda inp: field_problem(inp, text_field), inputs)
+    else:
+        found = [field_problem(inp, text_field) for inp in inputs]
+    problems = [p for p in found if p is not None]
     if problems:
         more = f" (and {len(problems) - 1:,} more input(s) like it)" if len(problems) > 1 else ""
         raise InputDataError(problems[0] + more,

@@ -14,6 +14,7 @@ from typing import Any, Iterator
 from shardprep.errors import InputDataError
 from shardprep.inputs.discover import InputFile
 from shardprep.inputs.fastpath import WHITESPACE, DocBatch
+from shardprep.inputs.planned import OpenInput, parquet_file
 from shardprep.inputs.readers import SkipLog, row_texts
 
 ROWS_PER_BATCH = 1 << 15
@@ -50,16 +51,19 @@ def column_batch(path: str, values: Any, first_row: int, limit: int, skips: Skip
 
 def parquet_batches(inp: InputFile, start: int, end: int | None, column: str, limit: int,
                     skips: SkipLog) -> Iterator[DocBatch]:
-    """Rows ``[start, end)`` of a parquet file's text column, one record batch at a time."""
-    import pyarrow.parquet as pq
+    """Rows ``[start, end)`` of a parquet file's text column, one record batch at a time (a remote
+    object's footer and column chunks in ranged requests, the object checked once they are read)."""
+    with OpenInput(inp) as opened:
+        yield from _row_groups(inp.path, parquet_file(opened), start, end, column, limit, skips)
+        if opened.remote:
+            opened.check()
 
-    try:
-        pf = pq.ParquetFile(inp.path)
-    except Exception as e:
-        raise InputDataError(f"input {inp.path} is not a readable parquet file: {e}") from None
+
+def _row_groups(path: str, pf: Any, start: int, end: int | None, column: str, limit: int,
+                skips: SkipLog) -> Iterator[DocBatch]:
     names = pf.schema_arrow.names
     if column not in names:
-        raise _no_column(inp.path, column, names)
+        raise _no_column(path, column, names)
     end = pf.metadata.num_rows if end is None else end
     row = 0
     for rg in range(pf.metadata.num_row_groups):
@@ -72,7 +76,7 @@ def parquet_batches(inp: InputFile, start: int, end: int | None, column: str, li
         for batch in batches:
             a, b = max(lo - pos, 0), min(hi - pos, batch.num_rows)
             if a < b:
-                yield column_batch(inp.path, batch.column(0).slice(a, b - a), row + pos + a, limit, skips)
+                yield column_batch(path, batch.column(0).slice(a, b - a), row + pos + a, limit, skips)
             pos += batch.num_rows
             if pos >= hi:
                 break

@@ -9,9 +9,12 @@ by reading only around each boundary, never a whole file, so planning 1 TB costs
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import IO, Iterator
 
 from shardprep.inputs.discover import InputFile
+from shardprep.inputs.planned import OpenInput, parquet_file
+from shardprep.inputs.remote import in_parallel, is_input_url
 from shardprep.inputs.readers import WorkItem
 from shardprep.job.options import TokenizeOptions
 
@@ -28,12 +31,13 @@ def _line_length(f: IO[bytes]) -> tuple[int, bool]:
             return n, blank
 
 
-def aligned_boundary(path: str, offset: int, paragraph: bool) -> int:
+def aligned_boundary(inp: InputFile, offset: int, paragraph: bool) -> int:
     """First document boundary at or after ``offset``: the start of the next line (in paragraph mode,
-    the line after the next blank line).  Reads only around the boundary, never the whole file."""
+    the line after the next blank line).  Reads only around the boundary, never the whole file (a remote
+    object: ranged requests of 64 KiB from ``offset - 1``, held to its planned version)."""
     if offset <= 0:
         return 0
-    with open(path, "rb") as f:
+    with OpenInput(inp) as opened, opened.buffered() as f:
         f.seek(offset - 1)
         pos = offset - 1 + _line_length(f)[0]   # finish the line that contains byte offset-1
         while paragraph:
@@ -51,7 +55,7 @@ def _split_text(idx: int, inp: InputFile, parts: int, paragraph: bool) -> list[W
     step = inp.size / parts
     bounds = [0]
     for k in range(1, parts):
-        cut = aligned_boundary(inp.path, max(round(k * step), bounds[-1] + round(step / 2)), paragraph)
+        cut = aligned_boundary(inp, max(round(k * step), bounds[-1] + round(step / 2)), paragraph)
         if cut >= inp.size:
             break
         bounds.append(cut)
@@ -61,9 +65,8 @@ def _split_text(idx: int, inp: InputFile, parts: int, paragraph: bool) -> list[W
 
 def _split_parquet(idx: int, inp: InputFile, parts: int) -> list[WorkItem]:
     """Row ranges on row-group boundaries, balanced by compressed bytes."""
-    import pyarrow.parquet as pq
-
-    md = pq.ParquetFile(inp.path).metadata
+    with OpenInput(inp) as opened:
+        md = parquet_file(opened).metadata
     groups = [(md.row_group(g).num_rows, md.row_group(g).total_byte_size) for g in range(md.num_row_groups)]
     total = sum(b for _, b in groups) or 1
     items: list[WorkItem] = []
@@ -188,9 +191,11 @@ def _pieces_at(i: int, inp: InputFile, offsets: list[int], opts: TokenizeOptions
     if not inp.splittable:
         return [_whole(i, inp)]
     paragraph = opts.txt_mode == "paragraph"
+    probe = partial(aligned_boundary, inp, paragraph=paragraph)
     bounds = [0]
-    for off in offsets:
-        cut = aligned_boundary(inp.path, off, paragraph)
+    # a remote object's cuts are probed several at once (one ranged read each): one round trip per
+    # CONCURRENCY cuts of a large object, not one per cut
+    for cut in (in_parallel(probe, offsets) if is_input_url(inp.path) else map(probe, offsets)):
         if bounds[-1] < cut < inp.size:
             bounds.append(cut)
     bounds.append(inp.size)

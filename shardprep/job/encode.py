@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 import numpy as np
 
 from shardprep.errors import Preempted
-from shardprep.inputs.batches import item_batches
+from shardprep.inputs.batches import items_batches
 from shardprep.inputs.fastpath import DocBatch
 from shardprep.inputs.readers import ReadOptions, SkipLog
 from shardprep.tokenizer.backend import Backend, add_boundary_tokens
@@ -76,9 +76,9 @@ class Boundaries:
 
 def task_batches(task: Task, opts: ReadOptions, skips: SkipLog, block_bytes: int,
                  prefetch: bool | None = None) -> Iterator[DocBatch]:
-    """Every batch of the task's items, in order."""
-    for item in task.items:
-        yield from item_batches(item.input, item.work, opts, skips, block_bytes=block_bytes, prefetch=prefetch)
+    """Every batch of the task's items, in order (read ahead across items where reads wait)."""
+    yield from items_batches([(i.input, i.work) for i in task.items], opts, skips, block_bytes=block_bytes,
+                             prefetch=prefetch)
 
 
 def check_stop(stop: object, task: int) -> None:

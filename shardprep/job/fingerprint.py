@@ -50,10 +50,19 @@ def _json_items(objs: list[Any]) -> bytes:
     return orjson.dumps(objs)[1:-1]
 
 
+def _input_dict(inp: InputFile) -> dict[str, Any]:
+    """An input's record; a file's without the ``identity`` only remote objects have (so a plan of files
+    keeps the fingerprint it had before remote inputs existed)."""
+    d = _sorted_dict(inp)
+    if d["identity"] is None:
+        del d["identity"]
+    return d
+
+
 def _json_inputs(inputs: list[InputFile]) -> bytes:
     """The input records of a batch; a path that is not valid UTF-8 as its exact record (``records.json_path``),
     converted only when orjson refused the batch (every ordinary batch costs nothing more)."""
-    dicts = [_sorted_dict(i) for i in inputs]
+    dicts = [_input_dict(i) for i in inputs]
     try:
         return _json_items(dicts)
     except TypeError:

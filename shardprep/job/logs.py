@@ -30,6 +30,7 @@ STARTED = "task %d: %s"              # an attempt's first line: its inputs ("tas
 BACKEND = "task %d: backend %s"      # what encodes (logged again once checked); not a start
 DONE = "task %d done: %d documents, %d tokens, %d bytes, %d skipped, %.1fs"
 FAILED = "task %d failed: %s"
+REMOTE_READS = "task %d: remote inputs: %d request(s), %d of them retries after transient errors, %d bytes"
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 LOG_NAME_RE = re.compile(r"^task-(\d{5,})\.log$")

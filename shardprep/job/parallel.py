@@ -37,6 +37,7 @@ from shardprep.job.encode import Boundaries, ProgressFn, Sampler, check_stop
 from shardprep.job.resources import peak_rss_bytes
 from shardprep.shard.format import DTYPES
 from shardprep.shard.writer import ShardWriter, narrow_ids
+from shardprep.storage.objects import READS, ReadCounts
 from shardprep.tokenizer.backend import Backend, add_boundary_tokens
 
 MIN_PIECE = 4 << 20
@@ -67,6 +68,7 @@ class PieceResult:
     examples: list[SkipExample] = field(default_factory=list)
     nul_bytes: int = 0
     sampler: Sampler | None = None
+    reads: ReadCounts | None = None                       # remote inputs: requests, retries, bytes
     error: tuple[str, str, str | None] | None = None     # (exception class, message, hint)
     worker: int = 0                                      # the worker's pid and its peak RSS so far
     peak_rss: int = 0
@@ -88,7 +90,7 @@ def plan_pieces(items: Any, opts: ReadOptions, workers: int) -> list[Piece]:
         end = inp.size if work.end is None else work.end
         cuts = [work.start]
         while cuts[-1] + step < end:
-            cut = aligned_boundary(inp.path, cuts[-1] + step, opts.txt_mode == "paragraph" and inp.format == "txt")
+            cut = aligned_boundary(inp, cuts[-1] + step, opts.txt_mode == "paragraph" and inp.format == "txt")
             if cut >= end:
                 break
             cuts.append(cut)
@@ -126,6 +128,7 @@ def _encode_piece(piece: Piece, opts: ReadOptions, backend: Backend, bounds: Bou
                   sample: bool) -> tuple[PieceResult, bytes, bytes]:
     skips = SkipLog()
     count = ReadCount()
+    reads = READS.snapshot()
     sampler = Sampler() if sample else None
     ids: list[np.ndarray] = []
     lens: list[np.ndarray] = []
@@ -140,7 +143,8 @@ def _encode_piece(piece: Piece, opts: ReadOptions, backend: Backend, bounds: Bou
     flat_all = np.concatenate(ids) if ids else np.empty(0, np.uint32)
     len_all = np.concatenate(lens) if lens else np.empty(0, np.int64)
     result = PieceResult(piece.index, int(len_all.size), int(flat_all.size), count.lines, skips.counts,
-                         skips.examples, skips.nul_bytes, sampler, worker=os.getpid(), peak_rss=peak_rss_bytes())
+                         skips.examples, skips.nul_bytes, sampler, READS.snapshot().since(reads),
+                         worker=os.getpid(), peak_rss=peak_rss_bytes())
     return result, flat_all.tobytes(), len_all.astype(np.int64, copy=False).tobytes()
 
 
@@ -274,6 +278,8 @@ class _Merge:
         self.kept += result.documents
         if self.sampler is not None and result.sampler is not None:
             self.sampler.merge(result.sampler)
+        if result.reads is not None:
+            READS.merge(result.reads)
 
     def finish(self) -> None:
         if self.watch is not None:

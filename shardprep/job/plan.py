@@ -37,6 +37,7 @@ from shardprep.job.sizing import Sizing, balanced_tasks
 from shardprep.records import is_json_text
 from shardprep.shard.format import (INDEX_FILE, JOB_FILE, PLAN_DIR, PLAN_RECORDS_FILE,
                                     PLAN_TABLE_FILE, REPAIR_DIR, TOKENIZER_FILE)
+from shardprep.storage.locations import StorageOptions, is_url
 from shardprep.tokenizer.load import ResolvedTokenizer
 from shardprep.shard.provenance import PlanCheck
 
@@ -52,6 +53,7 @@ class Plan:
     options: TokenizeOptions
     sizing: Sizing                       # the task size decided once (job.sizing), and why (job.json ``sizing``)
     backend_check: PlanCheck | None = None    # tokenizer.plan_check's record, stored in job.json
+    storage: StorageOptions | None = None     # how tasks reach remote inputs (job.json ``storage``)
 
     def iter_tasks(self) -> Iterator[list[WorkItem]]:
         n = balanced_tasks(self.sizing, sum(i.size for i in self.inputs))
@@ -60,12 +62,20 @@ class Plan:
         return iter_tasks(self.inputs, self.sizing.target_task_bytes, self.options)
 
 
+def recorded_storage(inputs: list[InputFile], storage: StorageOptions | None) -> StorageOptions | None:
+    """The ``storage`` a plan records: the options in force when an input is remote; a plan of files has
+    none."""
+    return (storage or StorageOptions()) if any(is_url(i.path) for i in inputs) else None
+
+
 # -- writing / conflicts ----------------------------------------------------------------------------------
 def _common_root(inputs: list[InputFile]) -> str:
-    """The deepest directory holding every input (the common prefix of the smallest and largest path)."""
-    if not inputs:
+    """The deepest directory holding every input file (the common prefix of the smallest and largest path;
+    remote objects are recorded by their whole URL)."""
+    paths = [i.path for i in inputs if i.path.startswith("/")]
+    if not paths:
         return "/"
-    common = os.path.commonprefix([min(i.path for i in inputs), max(i.path for i in inputs)])
+    common = os.path.commonprefix([min(paths), max(paths)])
     root = common[:common.rfind("/")] or "/"
     while not is_json_text(root):       # job.json holds it as text: stop above a name that is not UTF-8
         root = os.path.dirname(root)
@@ -92,7 +102,7 @@ def _write_records(plan: Plan, staging: Path, lustre: dict[str, Any] | None) -> 
     files = PlanFiles(PLAN_RECORDS_FILE, PLAN_TABLE_FILE, root, table_sha256, fingerprint.inputs_sha256,
                       fingerprint.paths_sha256)
     return Job(fingerprint.hexdigest(), summary, plan.tokenizer.info, plan.options, plan.sizing, files, lustre,
-               backend_check=plan.backend_check).sealed()
+               backend_check=plan.backend_check, storage=plan.storage).sealed()
 
 
 def _changed_inputs(output: Path, old: Job, plan: Plan) -> list[str]:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from shardprep.inputs.discover import InputFile
+from shardprep.inputs.planned import OpenInput
 from shardprep.inputs.readers import SkipLog, WorkItem, iter_documents
 from shardprep.job.options import TokenizeOptions
 
@@ -35,8 +36,8 @@ def _head_end(inp: InputFile, limit: int) -> int:
     """Where the first ``limit`` bytes of ``inp`` end on a line boundary (the whole file if smaller)."""
     if inp.size <= limit:
         return inp.size
-    with open(inp.path, "rb") as f:
-        head = f.read(limit)
+    with OpenInput(inp) as opened:
+        head = opened.raw.read(limit)
     cut = head.rfind(b"\n") + 1
     return cut if cut > 0 else inp.size     # one line longer than the sample: the reader decides
 

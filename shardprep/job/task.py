@@ -23,19 +23,21 @@ from typing import Any, Iterator, Sequence
 
 from shardprep.errors import InputDataError
 from shardprep.storage.atomic import remove_stale_temps, write_json_atomic
-from shardprep.inputs.planned import changed_since_planned
+from shardprep.inputs.planned import changed_since_planned, connect_ahead
 from shardprep.inputs.readers import SkipLog
 from shardprep.job import logs
 from shardprep.job.encode import Boundaries, ProgressFn, Sampler, encode_inline, task_batches
 from shardprep.job.plan_files import read_task
 from shardprep.job.schema import CREATED_BY, Job, Task, TaskItem
-from shardprep.shard.provenance import BackendRecord, TaskStats
+from shardprep.shard.provenance import BackendRecord, RemoteReads, TaskStats
 from shardprep.shard.sidecar import Sidecar
 from shardprep.job.state import check_task, load_job, read_frozen_tokenizer
 from shardprep.records import FS_BYTES
 from shardprep.job.resources import keep_freed_memory, peak_rss_bytes, set_tokenizer_threads, usable_cpus
 from shardprep.shard.format import FORMAT_VERSION, LOG_DIR, shard_name, sidecar_name
 from shardprep.shard.writer import ShardResult, ShardWriter
+from shardprep.storage.locations import default_storage, is_url
+from shardprep.storage.objects import READS, ReadCounts
 from shardprep.tokenizer.backend import BACKENDS, Opened, backend_record, check_candidate, open_backend
 
 log = logging.getLogger(__name__)
@@ -74,6 +76,8 @@ def _install_stop_handlers(stop: StopFlag) -> dict[int, Any]:
 def _check_inputs_unchanged(task: Task) -> None:
     for item in task.items:
         inp = item.input
+        if is_url(inp.path):    # every read of a remote object is held to its planned identity (OpenInput)
+            continue
         try:
             st = os.stat(inp.path)
         except OSError as e:
@@ -133,7 +137,7 @@ def run_task(output: Path, task: int, *, progress: ProgressFn | None = None,
         log.info("task %d already done (%s); skipping", task, shard_name(task))
         return TaskResult(task, True, existing.documents, existing.tokens, existing)
     attempted = _log_path(output, task).exists()
-    with _task_log(output, task), _stop_on_signals() as stop:
+    with _task_log(output, task), _stop_on_signals() as stop, default_storage(job.storage):
         try:
             return _run(output, job, task, stop, progress, threads, attempted)
         except Exception as e:
@@ -156,6 +160,7 @@ class _Context:
 
 def _run(output: Path, job: Job, task: int, stop: StopFlag, progress: ProgressFn | None,
          threads: int | None, attempted: bool) -> TaskResult:
+    reads_before = READS.snapshot()
     ctx = _load(output, job, task, threads)
     _remove_stale(output, task, attempted)
     opts = job.options
@@ -171,8 +176,9 @@ def _run(output: Path, job: Job, task: int, stop: StopFlag, progress: ProgressFn
     elapsed = time.perf_counter() - ctx.started
     if result.documents == 0:
         log.warning("task %d produced no documents (skipped: %s)", task, skips.counts)
+    remote = _remote_reads(ctx.work, READS.snapshot().since(reads_before))
     sidecar = build_sidecar(job, task, result, skips, backend_info, ctx.work.items, elapsed, ctx.threads,
-                            peak_rss=peak_rss_bytes() + max(ctx.workers_rss, default=0))
+                            peak_rss=peak_rss_bytes() + max(ctx.workers_rss, default=0), remote=remote)
     write_json_atomic(output / sidecar_name(task), sidecar.to_dict())
     log.info(logs.DONE, task, result.documents,
              result.tokens, result.bytes, skips.total, elapsed)
@@ -193,6 +199,7 @@ def _load(output: Path, job: Job, task: int, threads: int | None) -> _Context:
     work = read_task(output, job, task)
     log.info(logs.STARTED, task, ", ".join(i.describe() for i in work.items))
     _check_inputs_unchanged(work)
+    connect_ahead(i.input for i in work.items)        # remote inputs: while the tokenizer loads
     tok_json = read_frozen_tokenizer(output, job)
     n_threads = threads or usable_cpus()
     set_tokenizer_threads(n_threads)
@@ -259,10 +266,20 @@ def _write_shard(ctx: _Context, opened: Opened, stop: StopFlag,
         return writer.close(), skips, record
 
 
+def _remote_reads(work: Task, counts: ReadCounts) -> RemoteReads | None:
+    """What reading the task's remote inputs cost (the sidecar's ``stats.remote``, and the task log)."""
+    if not any(is_url(i.input.path) for i in work.items):
+        return None
+    log.info(logs.REMOTE_READS, work.index, counts.requests, counts.retries, counts.bytes)
+    return RemoteReads(counts.requests, counts.retries, counts.bytes)
+
+
 def build_sidecar(job: Job, task: int, result: ShardResult, skips: SkipLog, backend_info: BackendRecord | None,
-                  items: Sequence[TaskItem], elapsed: float, threads: int, peak_rss: int | None = None) -> Sidecar:
+                  items: Sequence[TaskItem], elapsed: float, threads: int, peak_rss: int | None = None,
+                  remote: RemoteReads | None = None) -> Sidecar:
     """Step 5: the sidecar of a written shard (public: the scaling benchmark synthesizes sidecars with it).
-    ``peak_rss``: the task's with its encoding workers' (default: this process's)."""
+    ``peak_rss``: the task's with its encoding workers' (default: this process's); ``remote``: requests,
+    retries and bytes of remote inputs (``stats.remote``, only for tasks that read any)."""
     opts, tok = job.options, job.tokenizer
     return Sidecar.holding(
         result, format_version=FORMAT_VERSION, created_by=CREATED_BY, task=task, shard=shard_name(task),
@@ -274,5 +291,5 @@ def build_sidecar(job: Job, task: int, result: ShardResult, skips: SkipLog, back
         stats=TaskStats(elapsed_s=round(elapsed, 3),
                         tokens_per_s=round(result.tokens / elapsed, 1) if elapsed > 0 else None, threads=threads,
                         peak_rss_bytes=peak_rss_bytes() if peak_rss is None else peak_rss, host=os.uname().nodename,
-                        slurm_job=os.environ.get("SLURM_JOB_ID")),
+                        slurm_job=os.environ.get("SLURM_JOB_ID"), remote=remote),
     )

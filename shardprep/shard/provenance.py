@@ -130,6 +130,19 @@ class BackendRecord:
 
 
 @dataclass(frozen=True)
+class RemoteReads:
+    """What reading a task's remote inputs cost (sidecar ``stats.remote``): the requests sent, the retries
+    after transient errors among them, and the body bytes received."""
+
+    requests: int
+    retries: int
+    bytes: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True)
 class TaskStats:
     """What the task cost and where it ran (sidecar ``stats``)."""
 
@@ -139,9 +152,13 @@ class TaskStats:
     peak_rss_bytes: int | None = None
     host: str | None = None
     slurm_job: str | None = None
+    remote: RemoteReads | None = None       # only a task that read remote inputs has it
 
     def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "remote"}
+        if self.remote is not None:
+            out["remote"] = self.remote.to_dict()
+        return out
 
     @classmethod
     def parse(cls, f: Fields) -> TaskStats:

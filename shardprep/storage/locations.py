@@ -15,17 +15,18 @@ over a ``ByteSource``).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping, cast
 
 from shardprep.errors import ConfigError, InputDataError
 from shardprep.storage.local import LocalStore
 from shardprep.storage.remote import FsspecStore
 from shardprep.storage.s3 import ClientOptions, S3Store
-from shardprep.storage.store import ByteSource, Store
+from shardprep.storage.store import ByteSource, RemoteStore, Store
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,32 @@ def store_for(location: str | os.PathLike, storage: StorageOptions | None = None
     """The store that serves ``location``, configured with ``storage`` (default: the environment's)."""
     key = scheme(location)
     return SCHEMES.get(key, SCHEMES[ANY_URL])(storage or _DEFAULT)
+
+
+def remote_store_for(url: str, storage: StorageOptions | None = None) -> RemoteStore:
+    """The store of an input object's URL (every store but the local one lists and pins objects)."""
+    if not is_url(url):
+        raise ValueError(f"{url!r} is a path, not a URL")
+    return cast(RemoteStore, store_for(url, storage))
+
+
+@contextlib.contextmanager
+def default_storage(storage: StorageOptions | None) -> Iterator[None]:
+    """Make ``storage`` this process's default while the block runs (None: leave it).
+
+    Why: a plan's inputs are read at many depths (discovery, cutting, the shard-ratio sample, a task's
+    reader threads and forked workers) that know only an input's URL; ``plan`` and each task set the
+    options once (the command line's, or the plan's ``storage`` record) instead of handing them down.
+    """
+    global _DEFAULT
+    if storage is None:
+        yield
+        return
+    previous, _DEFAULT = _DEFAULT, storage
+    try:
+        yield
+    finally:
+        _DEFAULT = previous
 
 
 def is_s3(location: str | os.PathLike) -> bool:

@@ -26,6 +26,7 @@ from shardprep.errors import (
     ShardprepError,
     TransferError,
 )
+from shardprep.storage.objects import ObjectInfo, VersionSource, http_status, retrying
 from shardprep.storage.store import exact
 
 EXTRA = "remote"
@@ -99,15 +100,6 @@ def _missing(url: str, scheme: str, e: ImportError) -> EnvironmentProblem:
                         hint=f"pip install 'shardprep[{EXTRA}]'")
 
 
-def _status(exc: BaseException) -> int | None:
-    """The HTTP status a file system library put on its exception (aiohttp, azure-core, gcsfs)."""
-    for attr in ("status", "status_code", "code"):
-        value = getattr(exc, attr, None)
-        if isinstance(value, int):
-            return value
-    return None
-
-
 @contextlib.contextmanager
 def remote_errors(what: str) -> Iterator[None]:
     """File system exceptions made ours, naming ``what``, as ``storage.s3.s3_errors`` does for S3.
@@ -119,18 +111,24 @@ def remote_errors(what: str) -> Iterator[None]:
         yield
     except (ShardprepError, EOFError):
         raise
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{what}: no such file") from None
+    except FileNotFoundError as e:
+        if e.__cause__ is None or http_status(e.__cause__) == 404:
+            raise FileNotFoundError(f"{what}: no such file") from None
+        raise _transfer_error(what, e.__cause__) from None      # fsspec's HTTP: any failed HEAD is "not found"
     except Exception as e:  # each library has its own exception tree; all of them end here
-        status = _status(e)
+        status = http_status(e)
         if status == 404:
             raise FileNotFoundError(f"{what}: no such file (HTTP 404)") from None
         if status == 416:
             raise EOFError(f"{what}: truncated: the range starts past the end of the file") from None
-        detail = (str(e).strip().splitlines() or [""])[0]
-        hint = "check the credentials for this store" if isinstance(e, PermissionError) or status in (401, 403) \
-            else None
-        raise TransferError(f"{what}: {type(e).__name__}: {detail}", hint=hint) from None
+        raise _transfer_error(what, e) from None
+
+
+def _transfer_error(what: str, e: BaseException) -> TransferError:
+    status = http_status(e)
+    detail = (str(e).strip().splitlines() or [""])[0]
+    hint = "check the credentials for this store" if isinstance(e, PermissionError) or status in (401, 403) else None
+    return TransferError(f"{what}: {type(e).__name__}: {detail}", hint=hint)
 
 
 class FsspecStore:
@@ -151,21 +149,37 @@ class FsspecStore:
     def sha256(self, location: str, *, block: int = 8 << 20) -> str:
         return sha256_object(location, self.options, block=block)
 
+    def connect(self, location: str) -> None:
+        resolve(location, self.options)
+
+    def walk(self, root: str) -> Iterator[ObjectInfo]:
+        """The file at ``root`` and every file under ``root/``, with their identity (one listing)."""
+        from shardprep.storage.remote_inputs import walk_files
+
+        return walk_files(root, self.options)
+
+    def open_version(self, location: str, size: int, identity: str | None) -> VersionSource:
+        from shardprep.storage.remote_inputs import FsspecVersion
+
+        return FsspecVersion(location, self.options, size, identity)
+
 
 class FsspecSource:
-    """One remote file as a ``ByteSource``: each read is one ranged read of exact bytes.
+    """One remote file as a ``ByteSource``: each read is one ranged read of exact bytes (tried ``attempts``
+    times while it fails transiently).
 
     The file system is looked up again after a fork (fsspec's instance cache is per process).
     """
 
-    def __init__(self, url: str, options: Mapping[str, Any]):
+    def __init__(self, url: str, options: Mapping[str, Any], *, attempts: int = 1):
         self.path = url
         self.options = options
+        self.attempts = attempts        # > 1: transient failures retried (storage.objects.retrying)
         self._pid = -1
         self._fs: Any = None
         self._fs_path = ""
 
-    def _resolved(self) -> tuple[Any, str]:
+    def resolved(self) -> tuple[Any, str]:
         if self._pid != os.getpid():
             if self._fs is not None:
                 _INHERITED.append(self._fs)     # the parent's: never finalized in this child
@@ -176,9 +190,10 @@ class FsspecSource:
     def read(self, offset: int, size: int) -> bytes:
         if size <= 0:
             return b""
-        fs, path = self._resolved()
-        with remote_errors(f"{self.path}: read {size} bytes at {offset}"):
-            data = fs.cat_file(path, start=offset, end=offset + size)
+        fs, path = self.resolved()
+        what = f"{self.path}: read {size} bytes at {offset}"
+        with remote_errors(what):
+            data = retrying(lambda: fs.cat_file(path, start=offset, end=offset + size), what, attempts=self.attempts)
         return exact(data, self.path, offset, size)
 
     def close(self) -> None:  # file systems are shared per process; nothing to release
@@ -199,15 +214,17 @@ def object_sizes(root: str, options: Mapping[str, Any]) -> Mapping[str, int]:
     for the names the caller asks about.
     """
     fs, path = resolve(root.rstrip("/"), options)
-    if {"http", "https"} & set(_protocols(fs)):
+    if is_http(fs):
         return HeadSizes(fs, root)
     with remote_errors(f"listing {root}"):
         entries = fs.ls(path, detail=True)
     return {e["name"].rstrip("/").rsplit("/", 1)[-1]: int(e["size"]) for e in entries if e.get("type") == "file"}
 
 
-def _protocols(fs: Any) -> tuple[str, ...]:
-    return (fs.protocol,) if isinstance(fs.protocol, str) else tuple(fs.protocol)
+def is_http(fs: Any) -> bool:
+    """Is ``fs`` fsspec's HTTP file system (no listings; a HEAD per file)?"""
+    protocols = (fs.protocol,) if isinstance(fs.protocol, str) else tuple(fs.protocol)
+    return bool({"http", "https"} & set(protocols))
 
 
 class HeadSizes(Mapping[str, int]):

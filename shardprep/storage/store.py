@@ -12,7 +12,12 @@ from __future__ import annotations
 
 import hashlib
 import io
-from typing import Mapping, Protocol
+from typing import TYPE_CHECKING, Iterator, Mapping, Protocol
+
+if TYPE_CHECKING:  # pragma: no cover
+    from _typeshed import WriteableBuffer
+
+    from shardprep.storage.objects import ObjectInfo, VersionSource
 
 READ_BLOCK = 8 << 20     # bytes per ranged read when a whole file is read front to back (one request remotely)
 
@@ -46,6 +51,24 @@ class Store(Protocol):
         ...
 
 
+class RemoteStore(Store, Protocol):
+    """A store of input objects (``s3://`` and the fsspec URLs): what ``plan`` lists and a task reads (issue 22)."""
+
+    def connect(self, location: str) -> None:
+        """Get ready to serve ``location`` (libraries imported, credentials found, a client made) without a
+        request: a task does it while its tokenizer loads."""
+        ...
+
+    def walk(self, root: str) -> Iterator[ObjectInfo]:
+        """The object at ``root`` and every object under ``root/``, with size and identity, in URL order."""
+        ...
+
+    def open_version(self, location: str, size: int, identity: str | None) -> VersionSource:
+        """The object at ``location`` for exact ranged reads, held to the planned size and identity
+        (``storage.objects.ObjectChanged`` once it is another version)."""
+        ...
+
+
 def exact(data: bytes, where: str, offset: int, size: int) -> bytes:
     """``data`` if it is the ``size`` bytes asked for at ``offset``; else ``EOFError`` saying why.
 
@@ -58,17 +81,11 @@ def exact(data: bytes, where: str, offset: int, size: int) -> bytes:
     return data
 
 
-class SourceFile(io.BufferedIOBase):
-    """A ``ByteSource`` of ``size`` bytes as a seekable read-only file (for ``tarfile``).
+class _Positioned:
+    """Read-only and seekable over ``_size`` bytes: the position is all the state a reader of a source needs."""
 
-    Small reads (tar headers, members) are served from one block of ``READ_BLOCK`` bytes fetched with one
-    ranged read, so a remote shard is walked in a few large requests instead of one per header; a read
-    of a block or more goes to the source as it is (no copy through a buffer).
-    """
-
-    def __init__(self, source: ByteSource, size: int):
-        self._source, self._size, self._pos = source, size, 0
-        self._block, self._block_at = b"", 0
+    _size: int
+    _pos: int
 
     def readable(self) -> bool:
         return True
@@ -84,6 +101,19 @@ class SourceFile(io.BufferedIOBase):
     def tell(self) -> int:
         return self._pos
 
+
+class SourceFile(_Positioned, io.BufferedIOBase):
+    """A ``ByteSource`` of ``size`` bytes as a seekable read-only file (for ``tarfile``).
+
+    Small reads (tar headers, members) are served from one block of ``READ_BLOCK`` bytes fetched with one
+    ranged read, so a remote shard is walked in a few large requests instead of one per header; a read
+    of a block or more goes to the source as it is (no copy through a buffer).
+    """
+
+    def __init__(self, source: ByteSource, size: int):
+        self._source, self._size, self._pos = source, size, 0
+        self._block, self._block_at = b"", 0
+
     def read(self, size: int | None = -1, /) -> bytes:
         start = self._pos
         end = self._size if size is None or size < 0 else min(self._size, start + size)
@@ -96,6 +126,35 @@ class SourceFile(io.BufferedIOBase):
             return self._source.read(start, end - start)
         self._block_at, self._block = start, self._source.read(start, min(READ_BLOCK, self._size - start))
         return self._block[:end - start]
+
+
+class SourceRaw(_Positioned, io.RawIOBase):
+    """A ``ByteSource`` of ``size`` bytes as a raw seekable file: each read is exactly one read of the source
+    (one ranged request remotely).  Wrap it in ``io.BufferedReader(raw, n)`` to read in requests of ``n``
+    bytes: a line-boundary probe wants a few KiB, a stream of blocks its block size."""
+
+    def __init__(self, source: ByteSource, size: int):
+        self._source, self._size, self._pos = source, size, 0
+
+    def read(self, size: int = -1, /) -> bytes:
+        """Up to ``size`` bytes as the source returned them (no copy through a buffer)."""
+        n = self._size - self._pos if size is None or size < 0 else min(size, self._size - self._pos)
+        if n <= 0:
+            return b""
+        data = self._source.read(self._pos, n)
+        self._pos += n
+        return data
+
+    def readinto(self, b: WriteableBuffer, /) -> int:
+        view = memoryview(b).cast("B")
+        data = self.read(len(view))
+        view[:len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        if not self.closed:
+            self._source.close()
+        super().close()
 
 
 class HashingSource:

@@ -4,8 +4,9 @@ Templates live in ``shardprep/templates/*.sbatch`` (``slurm/*.sbatch`` in the re
 them), so a user who submits by hand runs exactly what shardprep renders.  A template is a plain bash
 script driven by environment variables; rendering only fills two marker lines: the ``#SBATCH`` options
 and an ``export`` block with explicit values.  Nothing from the caller's environment is copied except
-the few variables listed in :data:`PASSED_ENV` (no credentials, no tokens), and the rendered script
-asks for ``--export=NONE`` so the submitting shell's environment does not leak into the job either.
+the few variables listed in :data:`PASSED_ENV` (no credentials, no tokens) and, for a plan that reads
+object stores, their non-secret settings (``credentials.py``); the rendered script asks for
+``--export=NONE`` so the submitting shell's environment does not leak into the job either.
 
 Which arrays a submission has, and which tasks each runs, is decided in ``submission.py``; this module
 only writes the script of one planned array (index i runs task ``offset + i``) and of the finalize job.
@@ -92,8 +93,24 @@ def render_tokenize(opts: SlurmOptions, output: Path, array: PlannedArray, *, pa
     if array.offset is None:
         raise ValueError("an sbatch array runs task offset + index: plan it with indexing='offset'")
     env = job_environment({"SHARDPREP_OUTPUT": str(output), "SHARDPREP_TASK_OFFSET": str(array.offset),
-                           "SHARDPREP_MAX_REQUEUES": str(opts.max_requeues)}, environ=environ)
+                           "SHARDPREP_MAX_REQUEUES": str(opts.max_requeues), **input_store_environment(output, environ)},
+                          environ=environ)
     return render(template_text("tokenize"), tokenize_directives(opts, output, array, parts=parts), env)
+
+
+def input_store_environment(output: Path, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The object-store settings the tasks of a plan with remote inputs need (job.json ``storage``; issue 22),
+    as ``stage --submit`` passes them: no keys (``credentials.store_environment``).  None for a plan of files."""
+    from shardprep.errors import RecordError
+    from shardprep.executor.slurm.credentials import store_environment
+    from shardprep.job.schema import Job
+    from shardprep.shard.format import JOB_FILE
+
+    try:
+        job = Job.parse((Path(output) / JOB_FILE).read_bytes(), Path(output) / JOB_FILE)
+    except (OSError, RecordError):
+        return {}
+    return store_environment(os.environ if environ is None else environ) if job.storage is not None else {}
 
 
 def render_finalize(opts: SlurmOptions, output: Path, *, environ: Mapping[str, str] | None = None) -> str:

@@ -13,9 +13,9 @@ Where things go: Lustre striping is applied to DEST *now*, while it is new and e
 it non-empty); the job's script, log and ``jobs.json`` live in ``DEST/.shardprep-stage/slurm/``, a hidden
 directory that input discovery skips.
 
-Credentials: the job gets ``--export=NONE`` and only non-secret AWS settings (profile name, region,
-config/credentials file paths, endpoint).  Keys in environment variables are never written into the
-script; the job authenticates through ``~/.aws`` or the node's instance role.
+Credentials: the job gets ``--export=NONE`` and only non-secret settings (``credentials.store_environment``:
+profile name, region, config/credentials file paths, endpoint).  Keys in environment variables are never
+written into the script; the job authenticates through ``~/.aws`` or the node's instance role.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 from shardprep.errors import ConfigError
 from shardprep.executor.slurm import commands as slurm_cmd
+from shardprep.executor.slurm.credentials import store_environment
 from shardprep.executor.slurm.jobs import Submission, now_iso, read_submissions, write_submissions
 from shardprep.executor.slurm.options import SlurmOptions
 from shardprep.executor.slurm.render import job_environment, render, template_text, unsafe_path_problem
@@ -41,36 +42,6 @@ STAGE_SLURM_DIR = ".shardprep-stage"          # the staging state directory (see
 # The stage job's defaults differ from the tokenize array's in one place: it hashes and runs TLS for
 # dozens of concurrent transfers, so it asks for 4 CPUs rather than 1.
 STAGE_JOB_OPTIONS = SlurmOptions(cpus_per_task=4)
-# Non-secret AWS settings passed to the job; keys, secrets and session tokens never are.
-AWS_SETTINGS = ("AWS_PROFILE", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_CONFIG_FILE",
-                "AWS_SHARED_CREDENTIALS_FILE", "AWS_CA_BUNDLE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3",
-                "AWS_EC2_METADATA_DISABLED", "AWS_MAX_ATTEMPTS", "AWS_RETRY_MODE", "NO_PROXY", "no_proxy")
-AWS_SECRETS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
-
-
-# Where the job can find credentials without the environment keys (a profile, web identity, a container).
-AWS_OTHER_SOURCES = ("AWS_PROFILE", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
-                     "AWS_CONTAINER_CREDENTIALS_FULL_URI")
-
-
-def _credential_files(environ: Mapping[str, str]) -> list[Path]:
-    """The AWS credentials and config files the job would read (the shared home is the job's home too)."""
-    home = Path(environ.get("HOME") or Path.home())
-    return [Path(environ.get("AWS_SHARED_CREDENTIALS_FILE") or home / ".aws" / "credentials"),
-            Path(environ.get("AWS_CONFIG_FILE") or home / ".aws" / "config")]
-
-
-def stage_environment(environ: Mapping[str, str]) -> dict[str, str]:
-    env = {k: environ[k] for k in AWS_SETTINGS if environ.get(k)}
-    if any(environ.get(k) for k in AWS_SECRETS):
-        elsewhere = (any(environ.get(k) for k in AWS_OTHER_SOURCES)
-                     or any(f.is_file() and str(f) != os.devnull for f in _credential_files(environ)))
-        log.warning("AWS keys in environment variables are not passed to the Slurm job (they would be "
-                    "written into its script); the job authenticates with ~/.aws or the instance role%s",
-                    "" if elsewhere else ": no ~/.aws credentials or config file and no AWS_PROFILE were found, "
-                    "so unless the compute nodes have an instance role the job cannot authenticate (put the "
-                    "keys in ~/.aws/credentials, e.g. with `aws configure`)")
-    return env
 
 
 def render_stage(stage_argv: Sequence[str], submit_argv: Sequence[str] | None, opts: SlurmOptions,
@@ -78,7 +49,7 @@ def render_stage(stage_argv: Sequence[str], submit_argv: Sequence[str] | None, o
     environ = os.environ if environ is None else environ
     directives = [f"--job-name={opts.job_name}-stage", f"--output={log_dir / 'stage-%j.out'}", "--export=NONE",
                   *opts.resource_directives(), *opts.extra_sbatch]
-    extra = {"SHARDPREP_STAGE_ARGS": shlex.join(stage_argv), **stage_environment(environ)}
+    extra = {"SHARDPREP_STAGE_ARGS": shlex.join(stage_argv), **store_environment(environ)}
     if submit_argv:
         extra["SHARDPREP_THEN_SUBMIT_ARGS"] = shlex.join(submit_argv)
     return render(template_text("stage"), directives, job_environment(extra, environ=environ))

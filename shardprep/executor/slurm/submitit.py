@@ -26,7 +26,7 @@ from shardprep.executor.base import LaunchReport
 from shardprep.executor.slurm.jobs import SLURM_DIR, ArrayRecord, FinalizeRecord, SubmissionRecorder
 from shardprep.executor.slurm.launch import SlurmLauncher
 from shardprep.executor.slurm.options import SlurmOptions
-from shardprep.executor.slurm.render import job_environment
+from shardprep.executor.slurm.render import input_store_environment, job_environment
 from shardprep.executor.slurm.submission import SubmissionPlan
 from shardprep.job.state import format_array_ranges
 from shardprep.shard.format import INDEX_FILE
@@ -117,8 +117,10 @@ class SubmititExecutor(SlurmLauncher):
             "nodes": 1, "tasks_per_node": 1, "cpus_per_task": o.cpus_per_task,
             "slurm_signal_delay_s": o.signal_seconds,
             "slurm_stderr_to_stdout": True,
-            # A clean job environment (no credentials, no unrelated variables): only what python needs.
-            "slurm_setup": [f"export {k}={shlex.quote(v)}" for k, v in job_environment().items()
+            # A clean job environment (no credentials, no unrelated variables): only what python needs, and
+            # the non-secret object-store settings of a plan with remote inputs.
+            "slurm_setup": [f"export {k}={shlex.quote(v)}" for k, v in
+                            job_environment(input_store_environment(output)).items()
                             if k != "SHARDPREP_PYTHON"] + ["export SLURM_EXPORT_ENV=ALL"],
         }
         for key, value in (("slurm_partition", o.partition), ("slurm_account", o.account),

@@ -25,10 +25,13 @@ from shardprep import __version__
 from shardprep.errors import RecordError
 from shardprep.inputs.discover import COMPRESSIONS, FORMATS, TABULAR, InputFile
 from shardprep.inputs.readers import WorkItem
+from shardprep.inputs.remote import is_input_url
 from shardprep.job.options import PlanOptions, TokenizeOptions
 from shardprep.job.sizing import RULES, Sizing
 from shardprep.records import Fields, json_path, load_json, path_from_json, printable, record
 from shardprep.shard.sidecar import SidecarInput
+from shardprep.storage.locations import StorageOptions
+from shardprep.storage.s3 import ClientOptions
 from shardprep.shard.format import PLAN_FORMAT_VERSION, PLAN_RECORDS_FILE, PLAN_TABLE_FILE
 from shardprep.tokenizer.load import TokenizerInfo
 from shardprep.shard.provenance import PlanCheck
@@ -80,11 +83,14 @@ class Task:
 
 
 # -- one task's line in plan/tasks.jsonl ----------------------------------------------------------------
-# An item is a JSON array [input, path, size, mtime_ns, format, compression, rows, start, end, first_line]
-# whose trailing elements are dropped while they equal these defaults; ``path`` is relative to the plan's
-# root directory (job.json ``plan.root``) unless it is absolute; ``unit`` is implied by the format.
-_ITEM_KEYS = ("input", "path", "size", "mtime_ns", "format", "compression", "rows", "start", "end", "first_line")
-_TAIL_DEFAULTS = (None, None, 0, None, 1)
+# An item is a JSON array [input, path, size, mtime_ns, format, compression, rows, start, end, first_line,
+# identity] whose trailing elements are dropped while they equal these defaults; ``path`` is relative to the
+# plan's root directory (job.json ``plan.root``) unless it is absolute or a URL (a remote object, whose
+# ``identity`` comes last: a plan of files has none, and its records are what they were before it existed);
+# ``unit`` is implied by the format.
+_ITEM_KEYS = ("input", "path", "size", "mtime_ns", "format", "compression", "rows", "start", "end", "first_line",
+              "identity")
+_TAIL_DEFAULTS = (None, None, 0, None, 1, None)
 _FORMATS = tuple(sorted(set(FORMATS.values())))
 _COMPRESSIONS = tuple(sorted(set(COMPRESSIONS.values())))
 
@@ -111,7 +117,7 @@ def encode_task(items: Sequence[TaskItem], root: str) -> bytes:
             raise ValueError(f"work item unit {w.unit!r} does not fit a {inp.format} input")
         path = inp.path[len(prefix):] if inp.path.startswith(prefix) else inp.path
         row = [w.input, path, inp.size, inp.mtime_ns, inp.format, inp.compression, inp.rows, w.start, w.end,
-               w.first_line]
+               w.first_line, inp.identity]
         while len(row) > 5 and _is_default(row[-1], _TAIL_DEFAULTS[len(row) - 6]):
             row.pop()
         rows.append(row)
@@ -140,7 +146,7 @@ def decode_task(line: bytes, index: int, root: str, where: str | Path) -> Task:
         f = Fields(d, str(where), name)
         f.str("format", choices=_FORMATS)
         f.str("compression", optional=True, choices=_COMPRESSIONS)
-        if isinstance(d["path"], str) and not d["path"].startswith("/"):
+        if isinstance(d["path"], str) and not d["path"].startswith("/") and not is_input_url(d["path"]):
             d["path"] = prefix + d["path"]
         inp = record(InputFile, f)
         d["unit"] = unit_for(inp)
@@ -170,6 +176,10 @@ class PlanFiles:
     paths_sha256: str     # sha256 of the input paths, one per line (tells other input files apart)
 
 
+def _storage(f: Fields) -> StorageOptions:
+    return StorageOptions(s3=record(ClientOptions, f.obj_at("s3"), defaults=True))
+
+
 def _sizing(f: Fields) -> Sizing:
     f.str("rule", choices=RULES)
     return record(Sizing, f)
@@ -189,9 +199,10 @@ def _sizing_of_old(f: Fields) -> Sizing:
 # under the unchanged fingerprint (issue 23).  The planner records a digest of each section that decides
 # what tasks write or what finalize publishes; every reader of job.json recomputes them (a few KB hashed,
 # whatever the job's size) and refuses a header that no longer matches, naming the sections.
-# Not sealed: ``created_by`` (the release string), ``lustre`` (what was done to the directory, for people)
-# and ``backend_check`` (library versions: a task trusts it only when they match its own, and still checks
-# its own first batch).
+# Not sealed: ``created_by`` (the release string), ``lustre`` (what was done to the directory, for people),
+# ``backend_check`` (library versions: a task trusts it only when they match its own, and still checks
+# its own first batch) and ``storage`` (how to reach remote inputs: the bytes read are held to each object's
+# planned identity whatever the endpoint).
 SEALED = ("format_version", "fingerprint", "summary", "tokenizer", "options", "plan_options", "plan", "sizing")
 _SEAL_HEX = 16      # 64 bits of sha256 per section: an accidental edit is never missed
 
@@ -230,6 +241,8 @@ class Job:
     lustre: dict[str, Any] | None = None      # the Lustre layout applied to the output (not fingerprinted)
     # the backend check's hard cases, run once at plan time (tokenizer.plan_check; not fingerprinted)
     backend_check: PlanCheck | None = None
+    # how a task reaches the remote inputs (issue 22: the S3 connection options, no credentials); None: none
+    storage: StorageOptions | None = None
     format_version: int = PLAN_FORMAT_VERSION
     created_by: str = CREATED_BY
     seal: dict[str, str] | None = None        # digests of the SEALED sections (None: planned before the seal)
@@ -266,6 +279,8 @@ class Job:
         d["sizing"] = self.sizing.to_dict()
         if self.backend_check is not None:
             d["backend_check"] = self.backend_check.to_dict()
+        if self.storage is not None:
+            d["storage"] = {"s3": dataclasses.asdict(self.storage.s3)}
         if self.seal is not None:
             d["seal"] = self.seal
         return d
@@ -286,6 +301,7 @@ class Job:
             plan=record(PlanFiles, p),
             lustre=f.dict("lustre") if f.has("lustre") else None,
             backend_check=PlanCheck.parse(f.obj_at("backend_check")) if f.has("backend_check") else None,
+            storage=_storage(f.obj_at("storage")) if f.has("storage") else None,
             format_version=version,
             created_by=f.str("created_by"),
         )
