@@ -141,6 +141,10 @@ class RemoteReads:
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
+    @classmethod
+    def parse(cls, f: Fields) -> RemoteReads:
+        return record(cls, f)
+
 
 @dataclass(frozen=True)
 class TaskStats:
