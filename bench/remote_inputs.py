@@ -42,9 +42,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import GPT2, REPO, english_corpus, machine_info, markdown_table, write_report  # noqa: E402
+from stage import free_port, process_cpu_s, start_server  # noqa: E402
 
 from shardprep.storage.atomic import sha256_file  # noqa: E402
-from stage import free_port, process_cpu_s, start_server  # noqa: E402
 
 BUCKET = "remote-bench"
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1",

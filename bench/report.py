@@ -24,6 +24,7 @@ from common import REPO, machine_info, markdown_table, run_child  # noqa: E402
 from shardprep.job.schema import Job  # noqa: E402
 from shardprep.shard.provenance import BackendRecord  # noqa: E402
 
+
 def _write_task(out: Path, job: Job, task: int, rng: np.random.Generator) -> None:
     """One task's shard through the real ShardWriter, its sidecar (the task's fields) and its log."""
     from shardprep.inputs.readers import SkipLog

@@ -19,8 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from shardprep.inputs.discover import InputFile  # noqa: E402
 from shardprep.job import cutting  # noqa: E402
 from shardprep.job.options import TokenizeOptions  # noqa: E402
-from shardprep.units import human_bytes  # noqa: E402
 from shardprep.job.sizing import auto_sizing, balanced_tasks  # noqa: E402
+from shardprep.units import human_bytes  # noqa: E402
 
 GB = 1 << 30
 

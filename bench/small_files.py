@@ -103,10 +103,10 @@ def token_exact(out: Path) -> int:
     from tokenizers import Tokenizer
 
     from shardprep.job.plan_files import TaskTable
-    from shardprep.shard.sidecar import Sidecar
     from shardprep.job.state import load_job
     from shardprep.shard.index import read_index
     from shardprep.shard.reader import iter_shard_documents
+    from shardprep.shard.sidecar import Sidecar
 
     tok = Tokenizer.from_file(str(GPT2))
     tok.encode_special_tokens = True

@@ -165,10 +165,10 @@ def encode_pool(corpus: str, tokenizer: str, backend: str, workers: int) -> dict
 
 def local_run(output: str, workers: int) -> dict:
     """Every task of a plan through the local executor (spawned processes, 1 thread each), timed."""
+    import resource
+
     from shardprep.executor.local import LocalExecutor, LocalOptions
     from shardprep.job.state import job_state
-
-    import resource
 
     def children_cpu() -> float:
         r = resource.getrusage(resource.RUSAGE_CHILDREN)

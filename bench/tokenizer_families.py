@@ -22,8 +22,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))   # this checkout's shardprep, not an installed one
-from common import (MB, REPO, SHARED, ensure_corpus, machine_info, markdown_table, python, read_texts,  # noqa: E402
-                    run_child, write_report)
+from common import (  # noqa: E402
+    MB,
+    REPO,
+    SHARED,
+    ensure_corpus,
+    machine_info,
+    markdown_table,
+    python,
+    read_texts,
+    run_child,
+    write_report,
+)
 
 CHILD = str(Path(__file__).resolve().parent / "tokenize_children.py")
 ONE_CORE = {"RAYON_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}

@@ -13,9 +13,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from shardprep.loader import ShardDataset, make_dataloader
 from shardprep.api import tokenize_directory
 from shardprep.demo_data import build_sample_tokenizer, write_sample_corpus
+from shardprep.loader import ShardDataset, make_dataloader
 
 
 def main(workdir: Path) -> None:

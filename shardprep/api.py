@@ -12,13 +12,13 @@ import logging
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from shardprep.job.options import PlanOptions, TokenizeOptions
 from shardprep.inputs.discover import discover_inputs
 from shardprep.inputs.fields import require_text_field
+from shardprep.job.options import PlanOptions, TokenizeOptions
 from shardprep.job.plan import Plan, existing_plan, recorded_storage, require_documents_possible, write_plan
+from shardprep.job.schema import Job
 from shardprep.job.sizing import choose_sizing
 from shardprep.shard.format import JOB_FILE
-from shardprep.job.schema import Job
 from shardprep.storage.locations import StorageOptions, default_storage
 from shardprep.storage.lock import is_unused_dir, output_lock
 from shardprep.tokenizer.load import resolve_tokenizer

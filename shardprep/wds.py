@@ -65,9 +65,7 @@ def shard_urls(root: str, *, endpoint_url: str | None = None) -> list[str]:
     as the loader checks it (every listed shard present with its size).
     """
     from shardprep.loader.index import load_index
-    from shardprep.storage.locations import is_s3
-
-    from shardprep.storage.locations import StorageOptions
+    from shardprep.storage.locations import StorageOptions, is_s3
 
     index = load_index(str(root), storage=StorageOptions.build(endpoint_url=endpoint_url))
     urls = [index.location(s.name) for s in index.shards]

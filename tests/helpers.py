@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 
-
 def run_cli(*args: str | os.PathLike, check: bool | int = True, env: dict | None = None,
             timeout: float = 300) -> subprocess.CompletedProcess:
     """Run ``python -m shardprep ARGS`` and return the completed process (text output).
@@ -61,8 +60,8 @@ def planned_with_slurm_record(tmp_path: Path, tokenizer: Path, options: dict, jo
 def shard_documents(output: Path) -> list[list[int]]:
     """Every document of a finalized output, in index order, read through the sidecars' chunk tables."""
     from shardprep.shard.index import read_index
-    from shardprep.shard.sidecar import Sidecar
     from shardprep.shard.reader import iter_shard_documents
+    from shardprep.shard.sidecar import Sidecar
 
     docs: list[list[int]] = []
     for entry in read_index(output).shards:

@@ -36,8 +36,8 @@ def make_dataset(root: Path, tokenizer: Path, docs_per_file: list[int], *, chunk
 def documents_by_shard(output: Path) -> list[list[list[int]]]:
     """Every document, grouped by shard in index order, each shard's documents in file order."""
     from shardprep.shard.index import read_index
-    from shardprep.shard.sidecar import Sidecar
     from shardprep.shard.reader import iter_shard_documents
+    from shardprep.shard.sidecar import Sidecar
 
     out = []
     for entry in read_index(output).shards:

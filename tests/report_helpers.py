@@ -11,7 +11,6 @@ from pathlib import Path
 
 import numpy as np
 import orjson
-
 from helpers import run_cli
 
 BAD_LINES = [

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from helpers import run_cli
 
+from shardprep.demo_data import write_sample_corpus
 from shardprep.errors import EXIT_ENVIRONMENT, EXIT_INPUT, EXIT_TOKENIZER
 from shardprep.job.resources import usable_cpus
-from shardprep.demo_data import write_sample_corpus
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
 from fake_lfs import install as install_fake_lfs  # noqa: E402

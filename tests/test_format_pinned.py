@@ -29,6 +29,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from conftest import SHARED
 
 from shardprep.api import plan_job
 from shardprep.demo_data import build_sample_tokenizer, write_sample_corpus
@@ -36,8 +37,6 @@ from shardprep.job.finalize import finalize
 from shardprep.job.options import PlanOptions, TokenizeOptions
 from shardprep.job.state import job_state
 from shardprep.job.task import run_task
-
-from conftest import SHARED
 
 PIN_ROOT = Path(tempfile.gettempdir()) / f"shardprep-format-pinned-{os.getuid()}"
 MTIME_NS = 1_700_000_000_123_456_789

@@ -21,8 +21,8 @@ from helpers import plan_tasks, run_cli, shard_documents
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardprep.errors import EXIT_INPUT, EXIT_PLAN_CONFLICT
 from shardprep.demo_data import sample_documents
+from shardprep.errors import EXIT_INPUT, EXIT_PLAN_CONFLICT
 
 datasets = pytest.importorskip("datasets")
 

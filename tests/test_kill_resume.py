@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from helpers import run_cli, write_slow_text
 
-from shardprep.errors import EXIT_REQUEUE
 from shardprep.demo_data import sample_documents
+from shardprep.errors import EXIT_REQUEUE
 
 pytestmark = pytest.mark.slow
 

@@ -13,8 +13,16 @@ import pytest
 from shardprep.cli.plan import add_stripe_arguments, stripe_layout_from_args
 from shardprep.errors import ConfigError, EnvironmentProblem
 from shardprep.storage import lustre
-from shardprep.storage.lustre import (DEFAULT_SHARD_LAYOUT, LUSTRE_SUPER_MAGIC, STAGED_INPUT_LAYOUT, StripeLayout,
-                                      is_lustre, mount_for, parse_mounts, prepare_output_dir)
+from shardprep.storage.lustre import (
+    DEFAULT_SHARD_LAYOUT,
+    LUSTRE_SUPER_MAGIC,
+    STAGED_INPUT_LAYOUT,
+    StripeLayout,
+    is_lustre,
+    mount_for,
+    parse_mounts,
+    prepare_output_dir,
+)
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
 from fake_lfs import install as install_fake_lfs  # noqa: E402

@@ -84,8 +84,8 @@ def test_every_file_a_run_writes_is_on_the_overwrite_list(tmp_path, sample_token
 
     import submitit.core.utils as subutils
 
-    from shardprep.executor.slurm.sbatch import SlurmExecutor
     from shardprep.executor.slurm.options import SlurmOptions
+    from shardprep.executor.slurm.sbatch import SlurmExecutor
     from shardprep.executor.slurm.submitit import SUBMITIT_DIR
 
     ex = SlurmExecutor(SlurmOptions(max_parallel=2))

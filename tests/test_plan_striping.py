@@ -8,9 +8,9 @@ from pathlib import Path
 import orjson
 from helpers import run_cli
 
-from shardprep.storage.lustre import DEFAULT_SHARD_LAYOUT, StripeLayout, prepare_output_dir
 from shardprep.api import plan_job
 from shardprep.storage.lock import LOCK_FILE
+from shardprep.storage.lustre import DEFAULT_SHARD_LAYOUT, StripeLayout, prepare_output_dir
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
 from fake_lfs import install as install_fake_lfs  # noqa: E402

@@ -11,12 +11,11 @@ from dataclasses import dataclass
 
 import orjson
 import pytest
-
 from helpers import run_cli
 from report_helpers import read_json, task_input_bytes, write_corpus
 
-from shardprep.job.progress import activity, estimate
 from shardprep.job.logs import parse_task_log, read_task_log, read_task_logs
+from shardprep.job.progress import activity, estimate
 
 T0 = "2026-01-02 03:04:05"
 EPOCH0 = time.mktime(time.strptime(T0, "%Y-%m-%d %H:%M:%S"))    # logs are in local time

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 from helpers import plan_tasks, run_cli
+from remote_corpus import SHAPE, every_document_once, same_shards, write_corpus
 from remote_servers import free_port
 from s3_server import FaultProxy, make_bucket, s3_client
-from remote_corpus import SHAPE, every_document_once, same_shards, write_corpus
 
 from shardprep.errors import EXIT_INPUT, EXIT_TRANSFER
 

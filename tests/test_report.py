@@ -11,7 +11,6 @@ import sys
 import numpy as np
 import orjson
 import pytest
-
 from helpers import plan_inputs, run_cli
 from report_helpers import expected_numbers, make_job, read_json, task_input_bytes
 
@@ -84,9 +83,8 @@ def test_document_lengths_histogram_and_tasks_equal_the_files(job):
 
 
 def test_tokenizer_summary_and_decoded_samples(job, sample_tokenizer):
-    from tokenizers import Tokenizer
-
     from helpers import shard_documents
+    from tokenizers import Tokenizer
 
     n = report_json(job)
     t, tok_rec = n["tokenizer"], read_json(job / "job.json")["tokenizer"]

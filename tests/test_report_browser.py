@@ -16,7 +16,6 @@ from pathlib import Path
 
 import orjson
 import pytest
-
 from helpers import run_cli
 from report_helpers import TRICKY, expected_numbers, lookup, make_job
 

@@ -16,12 +16,12 @@ from shardprep.demo_data import write_sample_corpus
 from shardprep.errors import InputDataError, RecordError
 from shardprep.job.finalize import finalize
 from shardprep.job.options import PlanOptions, TokenizeOptions
-from shardprep.shard.sidecar import ChunkTable, Sidecar
-from shardprep.records import Fields
-from shardprep.shard.index import Index
 from shardprep.job.schema import Job
 from shardprep.job.state import job_state, load_job
 from shardprep.job.task import run_task
+from shardprep.records import Fields
+from shardprep.shard.index import Index
+from shardprep.shard.sidecar import ChunkTable, Sidecar
 
 
 def _on_disk(obj) -> bytes:

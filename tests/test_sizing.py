@@ -20,8 +20,15 @@ from shardprep.job import cutting, sizing
 from shardprep.job.cutting import split_into_tasks
 from shardprep.job.options import PlanOptions, TokenizeOptions
 from shardprep.job.shard_ratio import sample_shard_ratio
-from shardprep.job.sizing import (MAX_TARGET, MIB, MIN_SHARD_BYTES, MIN_TARGET, UNKNOWN_RATIO_FLOOR, auto_sizing,
-                                  floor_bytes)
+from shardprep.job.sizing import (
+    MAX_TARGET,
+    MIB,
+    MIN_SHARD_BYTES,
+    MIN_TARGET,
+    UNKNOWN_RATIO_FLOOR,
+    auto_sizing,
+    floor_bytes,
+)
 
 MB = 1_000_000
 

@@ -26,8 +26,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from s3_server import FAKE_CREDENTIALS, FaultProxy, aws_env, make_bucket, s3_client  # noqa: E402
 
 from shardprep.staging import fastget  # noqa: E402
-from shardprep.staging.fastget import (BucketEndpoint, SigningCapture, direct_getter,  # noqa: E402
-                                       endpoint_from_request)
+from shardprep.staging.fastget import BucketEndpoint, SigningCapture, direct_getter, endpoint_from_request  # noqa: E402
 
 MAX_ATTEMPTS = 3
 TRICKY_KEYS = ("raw/plain.txt", "raw/ünï cødé/日本語 ✓.txt", "raw/a+b=c&d?e#f%20g~h.txt",
@@ -40,9 +39,8 @@ def bucket(s3_endpoint):
 
 
 def botocore_client(endpoint: str, **config):
-    from botocore.config import Config
-
     import boto3
+    from botocore.config import Config
 
     return boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
                         config=Config(retries={"mode": "standard", "total_max_attempts": MAX_ATTEMPTS}, **config))
@@ -266,8 +264,8 @@ SECRETS = {"AWS_ACCESS_KEY_ID": "AKIASHARDPREPTEST001", "AWS_SECRET_ACCESS_KEY":
 
 @pytest.mark.s3
 def test_credentials_never_reach_logs_reasons_or_files(s3_endpoint, bucket, tmp_path, monkeypatch, caplog):
-    from shardprep.storage.s3 import ClientOptions
     from shardprep.staging.stage import StageOptions, stage_prefix
+    from shardprep.storage.s3 import ClientOptions
 
     c = s3_client(s3_endpoint)
     for i in range(5):

@@ -15,10 +15,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from botocore.exceptions import IncompleteReadError
 
-from shardprep.storage.atomic import start_writeback
-from shardprep.staging.ranged import (fetch_ranges, range_size_for_parts, split_ranges, stream_into,
-                                      upload_part_size)
 from shardprep.staging.integrity import VerificationFailed, combine_part_md5s, multipart_etag, verify_download
+from shardprep.staging.ranged import fetch_ranges, range_size_for_parts, split_ranges, stream_into, upload_part_size
+from shardprep.storage.atomic import start_writeback
 
 MIB = 1 << 20
 

@@ -30,10 +30,9 @@ from fake_lfs import install as install_fake_lfs  # noqa: E402
 from s3_server import FaultProxy, aws_env, make_bucket, s3_client  # noqa: E402
 
 from shardprep.staging import keys as keymod  # noqa: E402
+from shardprep.staging.integrity import VerificationFailed, infer_part_size, multipart_etag, verify_download  # noqa: E402
 from shardprep.staging.manifest import matches_filters  # noqa: E402
 from shardprep.staging.s5cmd import find_binary as find_s5cmd  # noqa: E402
-from shardprep.staging.integrity import (VerificationFailed, infer_part_size, multipart_etag,  # noqa: E402
-                                      verify_download)
 
 MIB = 1 << 20
 REPO = Path(__file__).resolve().parents[1]
@@ -336,9 +335,9 @@ def test_changed_object_and_tampered_local_file_are_fetched_again(s3_endpoint, b
 def test_object_replaced_after_listing_fails_cleanly(s3_endpoint, bucket, tmp_path, engine):
     """builtin: the If-Match GET answers 412; s5cmd (no If-Match): the re-read fails the listed ETag and a
     HEAD shows a new one.  Either way the same message, and nothing lands."""
-    from shardprep.storage.s3 import ClientOptions, make_client
     from shardprep.staging.plan import plan_stage
     from shardprep.staging.stage import StageOptions, _Stager
+    from shardprep.storage.s3 import ClientOptions, make_client
 
     c = s3_client(s3_endpoint)
     c.put_object(Bucket=bucket, Key="raw/small.txt", Body=b"old")
@@ -483,9 +482,9 @@ def assert_no_s5cmd_writing_into(dest: Path) -> None:
 
 @pytest.mark.s3
 def test_staged_directory_gets_the_single_stripe_layout(s3_endpoint, bucket, tmp_path, monkeypatch):
+    from shardprep.staging.stage import StageOptions, stage_prefix
     from shardprep.storage import lustre
     from shardprep.storage.s3 import ClientOptions
-    from shardprep.staging.stage import StageOptions, stage_prefix
 
     calls = install_fake_lfs(tmp_path, monkeypatch)
     monkeypatch.setattr(lustre, "detect_lustre", lambda path: True)

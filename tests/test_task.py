@@ -9,8 +9,8 @@ import os
 from pathlib import Path
 
 import pytest
-
 from helpers import run_cli
+
 from shardprep.api import plan_job
 from shardprep.demo_data import write_sample_corpus
 from shardprep.errors import InputDataError, PlanConflictError, RecordError

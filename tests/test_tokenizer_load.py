@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from helpers import run_cli, shard_documents
 
 from shardprep.errors import EXIT_TOKENIZER

@@ -10,15 +10,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardprep.job.options import TokenizeOptions
-from shardprep.job.sizing import Sizing
 from shardprep.inputs.discover import InputFile, discover_inputs
 from shardprep.inputs.readers import SkipLog, WorkItem, iter_documents
-from shardprep.job.state import format_array_ranges, parse_array_ranges
 from shardprep.job.cutting import split_into_tasks
+from shardprep.job.options import TokenizeOptions
+from shardprep.job.sizing import Sizing
+from shardprep.job.state import format_array_ranges, parse_array_ranges
 from shardprep.shard.reader import read_chunk, walk_tar
-from shardprep.storage.local import LocalSource
 from shardprep.shard.writer import ShardWriter
+from shardprep.storage.local import LocalSource
 from shardprep.tokenizer.backend import add_boundary_tokens
 
 line = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"),

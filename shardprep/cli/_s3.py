@@ -36,7 +36,7 @@ def client_options_from_args(args: argparse.Namespace, **overrides: Any) -> Clie
 
 def storage_from_args(args: argparse.Namespace) -> StorageOptions:
     """How the read commands reach an ``s3://`` output (other URLs take their options from the environment)."""
-    from shardprep.storage.locations import StorageOptions    # not for stage and upload, which use the client
+    from shardprep.storage.locations import StorageOptions  # not for stage and upload, which use the client
 
     return StorageOptions(s3=client_options_from_args(args))
 

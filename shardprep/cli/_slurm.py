@@ -72,7 +72,7 @@ def slurm_options_from_args(args: argparse.Namespace, base: SlurmOptions = DEFAU
 
 def add_executor_arguments(g: Any) -> None:
     """The executor choice and ``LocalOptions``; the Slurm options are :func:`add_slurm_arguments`."""
-    from shardprep.executor.local import LocalOptions     # only submit takes them: stage need not import the pool
+    from shardprep.executor.local import LocalOptions  # only submit takes them: stage need not import the pool
 
     g.add_argument("--executor", choices=EXECUTORS, default=None,
                    help="local: process pool here; slurm: sbatch job array; submitit: submitit on Slurm "

@@ -35,8 +35,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from shardprep.cli import inspect as inspect_cmd
     from shardprep.api import tokenize_directory
+    from shardprep.cli import inspect as inspect_cmd
     from shardprep.demo_data import build_sample_tokenizer, write_sample_corpus
     from shardprep.job.verify import verify
 

@@ -24,7 +24,8 @@ examples:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from shardprep.cli.args import add_field
-    from shardprep.hf.export import FORMATS, ExportRequest as Req
+    from shardprep.hf.export import FORMATS
+    from shardprep.hf.export import ExportRequest as Req
 
     p.add_argument("source", metavar="SOURCE",
                    help="save_to_disk directory, builder name (json/parquet/text/csv/arrow) or hub dataset id")

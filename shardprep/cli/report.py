@@ -20,7 +20,7 @@ DESCRIPTION = (
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from shardprep.report import DEFAULT_MAX_CHUNKS   # no numpy: `shardprep --help` stays cheap
+    from shardprep.report import DEFAULT_MAX_CHUNKS  # no numpy: `shardprep --help` stays cheap
 
     p.add_argument("output", metavar="OUTPUT",
                    help="the job's output directory, a finalized output the loader reads (s3://bucket/prefix, "

@@ -38,8 +38,8 @@ keys (nothing written); 7 some objects failed (the others landed; re-run to retr
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from shardprep.staging.s5cmd import ENGINES
     from shardprep.staging.options import StageOptions
+    from shardprep.staging.s5cmd import ENGINES
 
     p.add_argument("source", metavar="s3://BUCKET/PREFIX/", help="S3 prefix to copy (treated as a directory)")
     p.add_argument("dest", metavar="DEST", help="destination directory (created if missing)")

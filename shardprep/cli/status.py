@@ -11,11 +11,11 @@ from shardprep.cli._s3 import add_s3_arguments
 from shardprep.errors import EXIT_INCOMPLETE, ConfigError
 from shardprep.executor.slurm.state import as_json, collect, format_view
 from shardprep.job.advice import rerun_advice, resume_command
+from shardprep.job.logs import TAIL_BYTES, TaskLog, read_task_logs
 from shardprep.job.progress import JobProgress, activity, estimate, planned_input_bytes
 from shardprep.job.schema import Job
 from shardprep.job.state import JobState, format_array_ranges, job_state, load_job
 from shardprep.report.fmt import duration, human_bytes, number, rate
-from shardprep.job.logs import TAIL_BYTES, TaskLog, read_task_logs
 from shardprep.shard.format import INDEX_FILE, LOG_DIR
 from shardprep.storage.locations import is_url
 

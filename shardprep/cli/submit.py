@@ -8,8 +8,13 @@ from pathlib import Path
 from shardprep.cli._resume import refuse_unapplied_options, replan_conflict
 from shardprep.cli._s3 import add_s3_arguments, refuse_other_storage
 from shardprep.cli._slurm import add_executor_arguments, add_slurm_arguments, executor_from_args
-from shardprep.cli.plan import (add_plan_arguments, add_small_tasks_argument, check_plan_arguments, plan_from_args,
-                                sizing_line)
+from shardprep.cli.plan import (
+    add_plan_arguments,
+    add_small_tasks_argument,
+    check_plan_arguments,
+    plan_from_args,
+    sizing_line,
+)
 from shardprep.errors import ConfigError, IncompleteError, PlanConflictError
 from shardprep.executor import Executor, make_executor
 from shardprep.executor.slurm.fit import fit_cpus_to_nodes

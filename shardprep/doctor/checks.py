@@ -24,15 +24,26 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from shardprep import __version__
-from shardprep.doctor.machine import (FAIL, OK, WARN, Check, check_cpus, check_environment, check_filesystem,
-                                      check_memory, check_slurm, check_versions, check_write_permission)
+from shardprep.doctor.machine import (
+    FAIL,
+    OK,
+    WARN,
+    Check,
+    check_cpus,
+    check_environment,
+    check_filesystem,
+    check_memory,
+    check_slurm,
+    check_versions,
+    check_write_permission,
+)
+from shardprep.errors import EXIT_INPUT, EXIT_OK, EXIT_TOKENIZER, ShardprepError
 from shardprep.inputs.planned import OpenInput, parquet_file
-from shardprep.storage.local import existing_ancestor
-from shardprep.storage.locations import StorageOptions, default_storage, is_url
 from shardprep.job.resources import usable_cpus
 from shardprep.job.sizing import auto_sizing
+from shardprep.storage.local import existing_ancestor
+from shardprep.storage.locations import StorageOptions, default_storage, is_url
 from shardprep.units import human_bytes
-from shardprep.errors import EXIT_INPUT, EXIT_OK, EXIT_TOKENIZER, ShardprepError
 
 if TYPE_CHECKING:  # pragma: no cover
     from shardprep.inputs.discover import InputFile
@@ -150,8 +161,8 @@ def _text_bytes(inp: InputFile) -> int:
 
 def _read_sample(ctx: Context) -> dict:
     """Up to SAMPLE_DOCS documents from the first inputs, read with the real readers and skip policy."""
-    from shardprep.job.options import TokenizeOptions
     from shardprep.inputs.readers import SkipLog, WorkItem, iter_documents
+    from shardprep.job.options import TokenizeOptions
 
     opts = TokenizeOptions(text_field=ctx.text_field)
     skips = SkipLog()

@@ -19,8 +19,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from shardprep import errors
 from shardprep.errors import ConfigError, IncompleteError, ShardprepError
 from shardprep.executor.base import LaunchReport
-from shardprep.executor.local_workers import (WorkerEvents, describe_deaths, init_worker, run_in_worker,
-                                              stop_workers)
+from shardprep.executor.local_workers import WorkerEvents, describe_deaths, init_worker, run_in_worker, stop_workers
 from shardprep.job.advice import rerun_advice
 from shardprep.job.finalize import finalize
 from shardprep.job.resources import usable_cpus

@@ -41,8 +41,8 @@ import orjson
 
 from shardprep import __version__
 from shardprep.errors import ConfigError, InputDataError, PlanConflictError
-from shardprep.storage.atomic import HashingWriter, atomic_writer, read_json, remove_stale_temps, write_json_atomic
 from shardprep.hf.source import Source, open_source
+from shardprep.storage.atomic import HashingWriter, atomic_writer, read_json, remove_stale_temps, write_json_atomic
 
 log = logging.getLogger(__name__)
 

@@ -12,14 +12,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
-from shardprep.inputs.blocks import (BLOCK_BYTES, LongLine, Piece, TextBlock, item_blocks, prefetched,
-                                     reads_wait)
+from shardprep.inputs.blocks import BLOCK_BYTES, LongLine, Piece, TextBlock, item_blocks, prefetched, reads_wait
 from shardprep.inputs.discover import InputFile
 from shardprep.inputs.fastpath import DocBatch, jsonl_block, txt_block
 from shardprep.inputs.health import ItemWatch
 from shardprep.inputs.planned import rows_then_check
-from shardprep.inputs.readers import (ReadOptions, SkipLog, WorkItem, block_lines, jsonl_docs, paragraph_docs,
-                                      txt_line_docs)
+from shardprep.inputs.readers import (
+    ReadOptions,
+    SkipLog,
+    WorkItem,
+    block_lines,
+    jsonl_docs,
+    paragraph_docs,
+    txt_line_docs,
+)
 
 PARAGRAPH_BATCH_CHARS = 1 << 20
 

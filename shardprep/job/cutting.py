@@ -14,8 +14,8 @@ from typing import IO, Iterator
 
 from shardprep.inputs.discover import InputFile
 from shardprep.inputs.planned import OpenInput, parquet_file
-from shardprep.inputs.remote import in_parallel, is_input_url
 from shardprep.inputs.readers import WorkItem
+from shardprep.inputs.remote import in_parallel, is_input_url
 from shardprep.job.options import TokenizeOptions
 
 

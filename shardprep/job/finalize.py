@@ -10,14 +10,14 @@ import logging
 from pathlib import Path
 
 from shardprep.errors import IncompleteError, InputDataError
-from shardprep.job.plan_files import check_task_count
 from shardprep.job.advice import replan_advice
+from shardprep.job.plan_files import check_task_count
 from shardprep.job.schema import CREATED_BY, Job
-from shardprep.shard.index import Index, IndexShard, IndexTokenizer, IndexTotals
-from shardprep.storage.lock import output_lock
 from shardprep.job.state import format_array_ranges, job_state, load_job
 from shardprep.shard.format import FORMAT_VERSION, INDEX_FILE
+from shardprep.shard.index import Index, IndexShard, IndexTokenizer, IndexTotals
 from shardprep.storage.atomic import write_json_atomic
+from shardprep.storage.lock import output_lock
 
 log = logging.getLogger(__name__)
 

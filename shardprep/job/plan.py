@@ -24,22 +24,29 @@ from typing import Any, Iterator
 
 import orjson
 
-from shardprep.job.options import TokenizeOptions
 from shardprep.errors import InputDataError, PlanConflictError, RecordError
-from shardprep.storage.atomic import atomic_writer, fsync_dir, temp_name_for, write_json_atomic
 from shardprep.inputs.discover import InputFile, is_shardprep_plan
 from shardprep.inputs.readers import WorkItem
 from shardprep.job.cutting import iter_balanced, iter_tasks
 from shardprep.job.fingerprint import BATCH, Fingerprint
+from shardprep.job.options import TokenizeOptions
 from shardprep.job.plan_files import TaskTable, TaskTableWriter
 from shardprep.job.schema import Job, PlanFiles, PlanSummary, TaskItem
 from shardprep.job.sizing import Sizing, balanced_tasks
 from shardprep.records import is_json_text
-from shardprep.shard.format import (INDEX_FILE, JOB_FILE, PLAN_DIR, PLAN_RECORDS_FILE,
-                                    PLAN_TABLE_FILE, REPAIR_DIR, TOKENIZER_FILE)
+from shardprep.shard.format import (
+    INDEX_FILE,
+    JOB_FILE,
+    PLAN_DIR,
+    PLAN_RECORDS_FILE,
+    PLAN_TABLE_FILE,
+    REPAIR_DIR,
+    TOKENIZER_FILE,
+)
+from shardprep.shard.provenance import PlanCheck
+from shardprep.storage.atomic import atomic_writer, fsync_dir, temp_name_for, write_json_atomic
 from shardprep.storage.locations import StorageOptions, is_url
 from shardprep.tokenizer.load import ResolvedTokenizer
-from shardprep.shard.provenance import PlanCheck
 
 log = logging.getLogger(__name__)
 

@@ -22,9 +22,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Mapping, Protocol, Sequence
 
-from shardprep.units import human_bytes
 from shardprep.job.plan_files import TaskTable
 from shardprep.job.schema import Job
+from shardprep.units import human_bytes
 
 
 class Finished(Protocol):

@@ -33,9 +33,9 @@ import math
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any, Sequence
 
-from shardprep.units import human_bytes
 from shardprep.inputs.discover import InputFile
 from shardprep.job.options import PlanOptions, TokenizeOptions
+from shardprep.units import human_bytes
 
 if TYPE_CHECKING:
     from shardprep.job.schema import Job
@@ -136,7 +136,7 @@ def choose_sizing(inputs: Sequence[InputFile], tokenizer: ResolvedTokenizer, opt
     ``slots``: (tasks the executor runs at once, why), used unless ``--parallel-tasks`` was given; None:
     this machine's CPUs.
     """
-    import numpy as np        # here, not at the top: job.schema imports this module, and stage must not load numpy
+    import numpy as np  # here, not at the top: job.schema imports this module, and stage must not load numpy
 
     from shardprep.job.resources import usable_cpus
     from shardprep.job.shard_ratio import sample_shard_ratio

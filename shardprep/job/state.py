@@ -11,10 +11,9 @@ from typing import Callable, Iterable
 
 from shardprep.errors import ConfigError, RecordError, TokenizerError
 from shardprep.job.schema import Job
-from shardprep.shard.sidecar import Sidecar
-from shardprep.shard.sidecar import SidecarSummary
 from shardprep.records import read_record
 from shardprep.shard.format import JOB_FILE, TOKENIZER_FILE, shard_name, sidecar_name
+from shardprep.shard.sidecar import Sidecar, SidecarSummary
 
 log = logging.getLogger(__name__)
 

@@ -22,20 +22,20 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from shardprep.errors import InputDataError
-from shardprep.storage.atomic import remove_stale_temps, write_json_atomic
 from shardprep.inputs.planned import changed_since_planned, connect_ahead
 from shardprep.inputs.readers import SkipLog
 from shardprep.job import logs
 from shardprep.job.encode import Boundaries, ProgressFn, Sampler, encode_inline, task_batches
 from shardprep.job.plan_files import read_task
+from shardprep.job.resources import keep_freed_memory, peak_rss_bytes, set_tokenizer_threads, usable_cpus
 from shardprep.job.schema import CREATED_BY, Job, Task, TaskItem
-from shardprep.shard.provenance import BackendRecord, RemoteReads, TaskStats
-from shardprep.shard.sidecar import Sidecar
 from shardprep.job.state import check_task, load_job, read_frozen_tokenizer
 from shardprep.records import FS_BYTES
-from shardprep.job.resources import keep_freed_memory, peak_rss_bytes, set_tokenizer_threads, usable_cpus
 from shardprep.shard.format import FORMAT_VERSION, LOG_DIR, shard_name, sidecar_name
+from shardprep.shard.provenance import BackendRecord, RemoteReads, TaskStats
+from shardprep.shard.sidecar import Sidecar
 from shardprep.shard.writer import ShardResult, ShardWriter
+from shardprep.storage.atomic import remove_stale_temps, write_json_atomic
 from shardprep.storage.locations import default_storage, is_url
 from shardprep.storage.objects import READS, ReadCounts
 from shardprep.tokenizer.backend import BACKENDS, Opened, backend_record, check_candidate, open_backend
@@ -244,7 +244,7 @@ def _write_shard(ctx: _Context, opened: Opened, stop: StopFlag,
         skips = SkipLog(strict=opts.strict)
         sampler = Sampler() if opened.candidate else None
         if ctx.threads > 1 and opened.backend.name != "hf" and not opts.strict:
-            from shardprep.job.parallel import encode_parallel   # (multiprocessing: only tasks with several CPUs)
+            from shardprep.job.parallel import encode_parallel  # (multiprocessing: only tasks with several CPUs)
 
             ctx.workers_rss.append(encode_parallel(ctx.work.items, opts, opened.backend, bounds, writer, stop,
                                                    ctx.work.index, counted, sampler, skips, ctx.threads))

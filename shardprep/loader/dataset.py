@@ -36,9 +36,9 @@ from shardprep.loader.epoch import EpochReader, ReadOptions
 from shardprep.loader.index import DatasetIndex, load_index
 from shardprep.loader.mixread import MixturePass
 from shardprep.loader.mixture import MixSpec, mixture_spec, open_mixture
-from shardprep.storage.locations import StorageOptions, is_url
 from shardprep.loader.world import World, resolve_world, worker_slot
 from shardprep.shard.format import DTYPES, INDEX_FILE, JOB_FILE
+from shardprep.storage.locations import StorageOptions, is_url
 from shardprep.storage.s3 import ClientOptions
 
 log = logging.getLogger(__name__)

@@ -18,9 +18,9 @@ import numpy as np
 import orjson
 
 from shardprep.errors import IncompleteError, InputDataError
-from shardprep.shard.sidecar import ChunkTable, Sidecar
 from shardprep.shard.index import Index, IndexShard, IndexTokenizer, read_index, sidecar_mismatches
 from shardprep.shard.reader import read_chunk
+from shardprep.shard.sidecar import ChunkTable, Sidecar
 from shardprep.storage.locations import StorageOptions, join, object_sizes, open_source, read_bytes, sha256_of
 from shardprep.storage.store import ByteSource
 

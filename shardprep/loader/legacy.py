@@ -22,9 +22,9 @@ import numpy as np
 import orjson
 
 from shardprep.errors import ConfigError, InputDataError
-from shardprep.shard.sidecar import ChunkTable
-from shardprep.shard.index import IndexShard
 from shardprep.loader.index import DatasetIndex
+from shardprep.shard.index import IndexShard
+from shardprep.shard.sidecar import ChunkTable
 from shardprep.storage.store import ByteSource
 
 log = logging.getLogger(__name__)

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from shardprep.errors import InputDataError, ShardprepError
-from shardprep.shard.sidecar import ChunkTable
 from shardprep.loader.index import DatasetIndex
 from shardprep.loader.order import doc_order
+from shardprep.shard.sidecar import ChunkTable
 from shardprep.storage.store import ByteSource
 
 log = logging.getLogger(__name__)

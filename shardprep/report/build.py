@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from shardprep.report.collect import collect
 from shardprep.report import DEFAULT_MAX_CHUNKS
+from shardprep.report.collect import collect
 from shardprep.report.doclens import doc_lengths
 from shardprep.report.numbers import build_numbers
 from shardprep.report.tokenizer import decode_samples, describe_tokenizer, sample_documents

@@ -17,19 +17,18 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-
 from typing import Callable, TypeVar
 
 from shardprep.errors import IncompleteError, InputDataError
 from shardprep.executor.slurm.state import slurm_status_json
-from shardprep.shard.sidecar import Sidecar
-from shardprep.shard.index import Index, IndexShard
-from shardprep.job.schema import Job
-from shardprep.job.progress import planned_input_bytes
-from shardprep.job.state import job_state
-from shardprep.storage.locations import StorageOptions, is_url, join, object_sizes, read_bytes
 from shardprep.job.logs import LOG_NAME_RE, TaskLog, parse_task_log, read_task_logs
+from shardprep.job.progress import planned_input_bytes
+from shardprep.job.schema import Job
+from shardprep.job.state import job_state
 from shardprep.shard.format import INDEX_FILE, JOB_FILE, LOG_DIR, TOKENIZER_FILE
+from shardprep.shard.index import Index, IndexShard
+from shardprep.shard.sidecar import Sidecar
+from shardprep.storage.locations import StorageOptions, is_url, join, object_sizes, read_bytes
 
 log = logging.getLogger(__name__)
 

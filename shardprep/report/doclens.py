@@ -15,10 +15,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shardprep.storage.locations import StorageOptions, join, open_source
 from shardprep.report import DEFAULT_MAX_CHUNKS
 from shardprep.report.collect import Output, Sidecar
 from shardprep.shard.reader import read_doclens
+from shardprep.storage.locations import StorageOptions, join, open_source
 
 _READ_THREADS = 8
 

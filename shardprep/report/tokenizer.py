@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 import orjson
 
-from shardprep.storage.locations import join, open_source
 from shardprep.report.collect import Output, Sidecar
 from shardprep.shard.reader import read_chunk, split_docs
+from shardprep.storage.locations import join, open_source
 
 EDGE_TOKENS = 48       # tokens decoded at each end of a sample document
 EDGE_IDS = 12          # raw ids listed at each end

@@ -115,7 +115,7 @@ def read_index(root: str | Path, *, storage: StorageOptions | None = None) -> In
     type; errors name the file and the field, a torn or foreign index is never a KeyError).
     The files it lists are not looked at here: the loader checks them all at once (``loader.index.load_index``),
     ``shardprep verify`` shard by shard."""
-    from shardprep.storage.locations import join, read_bytes   # local paths or any URL
+    from shardprep.storage.locations import join, read_bytes  # local paths or any URL
 
     where = join(str(root), INDEX_FILE)
     try:

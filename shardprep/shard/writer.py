@@ -15,9 +15,9 @@ from types import TracebackType
 
 import numpy as np
 
+from shardprep.shard.format import DTYPES, EXT_FOR_DTYPE, LAYOUTS, sample_key
 from shardprep.shard.sidecar import ChunkTable, ShardTotals
 from shardprep.storage.atomic import AtomicFile, HashingWriter, no_space_error, start_writeback
-from shardprep.shard.format import DTYPES, EXT_FOR_DTYPE, LAYOUTS, sample_key
 
 _BLOCK = 512
 _WRITEBACK_EVERY = 32 << 20   # see ShardWriter._write_back_early

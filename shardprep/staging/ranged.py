@@ -26,9 +26,15 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable
 
+from shardprep.staging.integrity import (
+    HeadFn,
+    PartMD5s,
+    VerificationFailed,
+    infer_part_size,
+    multipart_parts,
+    part_size_fits,
+)
 from shardprep.storage.atomic import start_writeback
-from shardprep.staging.integrity import (HeadFn, PartMD5s, VerificationFailed, infer_part_size, multipart_parts,
-                                      part_size_fits)
 
 STREAM_CHUNK = 1 << 20
 WHOLE_MD5_WINDOW = 3     # ranges in flight per object when its whole-file MD5 is taken (see fetch_ranges)

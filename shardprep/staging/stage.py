@@ -30,18 +30,24 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
-from shardprep.storage.atomic import fsync_dir, is_temp_name, start_writeback, temp_name_for
-from shardprep.storage.lustre import prepare_output_dir
 from shardprep.staging import s5cmd
 from shardprep.staging.fastget import DirectGetter, SigningCapture, direct_getter
+from shardprep.staging.integrity import (
+    VerificationFailed,
+    combine_part_md5s,
+    is_single_part_etag,
+    md5_hex,
+    multipart_etag,
+    verify_download,
+)
 from shardprep.staging.manifest import RemoteObject, VerifiedCopy, VerifiedJournal, write_manifest
+from shardprep.staging.options import StageOptions
 from shardprep.staging.plan import StageItem, StagePlan, plan_stage
 from shardprep.staging.ranged import fetch_ranges, range_size_for_parts, stream_into, upload_part_size
-from shardprep.storage.s3 import describe_client_error, make_client
-from shardprep.staging.options import StageOptions
 from shardprep.staging.summary import TransferSummary, progress_bar
-from shardprep.staging.integrity import (VerificationFailed, combine_part_md5s, is_single_part_etag, md5_hex,
-                                         multipart_etag, verify_download)
+from shardprep.storage.atomic import fsync_dir, is_temp_name, start_writeback, temp_name_for
+from shardprep.storage.lustre import prepare_output_dir
+from shardprep.storage.s3 import describe_client_error, make_client
 
 log = logging.getLogger(__name__)
 

@@ -32,13 +32,20 @@ from typing import Any
 
 from shardprep.errors import ConfigError, InputDataError, RecordError, TransferError
 from shardprep.shard.format import SHARD_RE
-from shardprep.storage.atomic import sha256_file
+from shardprep.staging.integrity import VerificationFailed, verify_download
 from shardprep.staging.manifest import RemoteObject, list_prefix, matches_filters
 from shardprep.staging.published import Published, inspect_prefix, refuse_or_announce
-from shardprep.storage.s3 import (DEFAULT_PART_SIZE, ClientOptions, check_transfer_settings,
-                                        describe_client_error, make_client, parse_s3_url, transfer_error)
 from shardprep.staging.summary import TransferSummary, progress_bar
-from shardprep.staging.integrity import VerificationFailed, verify_download
+from shardprep.storage.atomic import sha256_file
+from shardprep.storage.s3 import (
+    DEFAULT_PART_SIZE,
+    ClientOptions,
+    check_transfer_settings,
+    describe_client_error,
+    make_client,
+    parse_s3_url,
+    transfer_error,
+)
 
 log = logging.getLogger(__name__)
 

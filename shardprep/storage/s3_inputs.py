@@ -11,8 +11,15 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 from shardprep.storage.objects import READS, ObjectChanged, ObjectInfo, compare, identity_parts, identity_text
-from shardprep.storage.s3 import (ClientOptions, S3Location, get_body, list_objects, parse_s3_object, s3_errors,
-                                  shared_client)
+from shardprep.storage.s3 import (
+    ClientOptions,
+    S3Location,
+    get_body,
+    list_objects,
+    parse_s3_object,
+    s3_errors,
+    shared_client,
+)
 from shardprep.storage.store import exact
 
 

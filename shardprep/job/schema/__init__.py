@@ -14,8 +14,18 @@ format in ``shardprep.shard``; the typed field reader they all use is ``shardpre
 | ``index.json`` | ``Index`` (+ ``IndexShard``, ``IndexTokenizer``, ``IndexTotals``) | ``shard.index`` |
 """
 
-from shardprep.job.schema.job import (CREATED_BY, InputRecord, Job, PlanFiles, PlanSummary, Task, TaskItem,
-                                      TokenizerRecord, decode_task, encode_task)
+from shardprep.job.schema.job import (
+                                      CREATED_BY,
+                                      InputRecord,
+                                      Job,
+                                      PlanFiles,
+                                      PlanSummary,
+                                      Task,
+                                      TaskItem,
+                                      TokenizerRecord,
+                                      decode_task,
+                                      encode_task,
+)
 
 __all__ = [
     "CREATED_BY", "InputRecord", "Job", "PlanFiles", "PlanSummary", "Task", "TaskItem", "TokenizerRecord",

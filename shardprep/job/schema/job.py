@@ -29,12 +29,12 @@ from shardprep.inputs.remote import is_input_url
 from shardprep.job.options import PlanOptions, TokenizeOptions
 from shardprep.job.sizing import RULES, Sizing
 from shardprep.records import Fields, json_path, load_json, path_from_json, printable, record
+from shardprep.shard.format import PLAN_FORMAT_VERSION, PLAN_RECORDS_FILE, PLAN_TABLE_FILE
+from shardprep.shard.provenance import PlanCheck
 from shardprep.shard.sidecar import SidecarInput
 from shardprep.storage.locations import StorageOptions
 from shardprep.storage.s3 import ClientOptions
-from shardprep.shard.format import PLAN_FORMAT_VERSION, PLAN_RECORDS_FILE, PLAN_TABLE_FILE
 from shardprep.tokenizer.load import TokenizerInfo
-from shardprep.shard.provenance import PlanCheck
 
 CREATED_BY = f"shardprep {__version__}"
 
