@@ -145,18 +145,28 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, *args: Any) -> None:  # keep test output quiet
         pass
 
-    def _read_body(self) -> bytes:
+    def _read_body(self) -> bytes | None:
+        """The request's body; None when the client went away before sending all of it (a killed
+        uploader): such a request is never forwarded, as S3 never stores a body cut short."""
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
             out = bytearray()
             while True:
-                size = int(self.rfile.readline().split(b";")[0].strip(), 16)
+                line = self.rfile.readline()
+                if not line.strip():
+                    return None
+                size = int(line.split(b";")[0].strip(), 16)
                 if size == 0:
                     while self.rfile.readline() not in (b"\r\n", b"\n", b""):
                         pass
                     return bytes(out)
-                out += self.rfile.read(size)
+                chunk = self.rfile.read(size)
+                if len(chunk) < size:
+                    return None
+                out += chunk
                 self.rfile.readline()
-        return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        want = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(want)
+        return body if len(body) == want else None
 
     def _fault(self, path: str) -> FaultRule | None:
         with self.state.lock:
@@ -178,6 +188,9 @@ class _Handler(BaseHTTPRequestHandler):
         parsed = urllib.parse.urlsplit(self.path)
         path = urllib.parse.unquote(parsed.path)
         body = self._read_body()
+        if body is None:
+            self.close_connection = True
+            return
         for hold in list(self.state.holds):
             if hold.matches(self.command, path, parsed.query):
                 hold.arrived.set()
