@@ -122,6 +122,8 @@ def _pinned(cores: str, cmd: list[str]) -> list[str]:
 
 
 def _env(checkout: Path) -> dict[str, str]:
+    """The environment of a child running ``checkout``'s shardprep.  Children also run with ``cwd`` set to
+    the checkout: ``python -m`` puts the working directory first on ``sys.path``, ahead of PYTHONPATH."""
     return {**os.environ, "PYTHONPATH": str(checkout), "RAYON_NUM_THREADS": "1"}
 
 
@@ -139,7 +141,7 @@ def plan(checkout: Path, inputs: list[Path], out: Path, *extra: str) -> None:
            *extra]
     for i in inputs:
         cmd += ["-i", str(i)]
-    subprocess.run(cmd, env=_env(checkout), check=True, capture_output=True)
+    subprocess.run(cmd, env=_env(checkout), cwd=checkout, check=True, capture_output=True)
 
 
 def run_tasks(checkout: Path, out: Path, task_cores: list[str], threads: int = 1) -> dict:
@@ -153,7 +155,7 @@ def run_tasks(checkout: Path, out: Path, task_cores: list[str], threads: int = 1
     for k, cores in enumerate(task_cores):
         cmd = [sys.executable, "-m", "shardprep", "run-task", str(out), "--task-id", str(k), "--threads", str(threads)]
         err = tempfile.TemporaryFile()
-        procs.append((subprocess.Popen(_pinned(cores, cmd), env=_env(checkout), stderr=err), err))
+        procs.append((subprocess.Popen(_pinned(cores, cmd), env=_env(checkout), cwd=checkout, stderr=err), err))
     cpu, rss = 0.0, 0
     for p, err in procs:
         _, status, usage = os.wait4(p.pid, 0)
