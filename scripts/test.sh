@@ -6,6 +6,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 bash scripts/install.sh
+# The az:// tests run Azurite (Azure's Blob API server), which they install with npm on first use: take
+# Debian's npm where the machine has none (the tests skip az:// with a reason when npm is missing).
+if ! command -v npm >/dev/null && [ "$(id -u)" = 0 ]; then
+    { DEBIAN_FRONTEND=noninteractive apt-get update -qq && apt-get install -y -qq npm >/dev/null; } \
+        || echo "apt-get install npm failed: the az:// tests will be skipped" >&2
+fi
 "$PY" -m ruff check
 "$PY" -m mypy
 if [ -x slurm/dev-cluster.sh ] || [ -f slurm/dev-cluster.sh ]; then
