@@ -61,8 +61,7 @@ class _ReadAhead:
 
     def __init__(self, items: Sequence[tuple[InputFile, WorkItem]], limit: int, block_bytes: int,
                  prefetch: bool | None):
-        self.ahead = [k for k, (inp, _) in enumerate(items) if not inp.tabular
-                      and (prefetch or (prefetch is None and reads_wait(inp.path)))]
+        self.ahead = [k for k, (inp, _) in enumerate(items) if not inp.tabular and _reads_ahead(inp, prefetch)]
         self._stream: Iterator[tuple[int, Piece | Exception]] | None = None
         self._next: tuple[int, Piece | Exception] | None = None
         if self.ahead:
@@ -130,6 +129,11 @@ def item_batches(inp: InputFile, item: WorkItem, opts: ReadOptions, skips: SkipL
         guard.finish(inp, item, count.documents, skips)
 
 
+def _reads_ahead(inp: InputFile, prefetch: bool | None) -> bool:
+    """Whether ``inp``'s blocks are read one ahead in a thread: as asked, or (None) where its reads wait."""
+    return bool(prefetch) or (prefetch is None and reads_wait(inp.path))
+
+
 def _batches(inp: InputFile, item: WorkItem, opts: ReadOptions, skips: SkipLog, block_bytes: int, fast: bool,
              prefetch: bool | None, count: ReadCount, pieces: Iterator[Piece] | None) -> Iterator[DocBatch]:
     if inp.tabular:
@@ -141,7 +145,7 @@ def _batches(inp: InputFile, item: WorkItem, opts: ReadOptions, skips: SkipLog, 
         return
     if pieces is None:
         pieces = item_blocks(inp, item.start, item.end, opts.max_doc_bytes, block_bytes=block_bytes)
-        if prefetch or (prefetch is None and reads_wait(inp.path)):
+        if _reads_ahead(inp, prefetch):
             pieces = prefetched(pieces)
     if inp.format == "txt" and opts.txt_mode == "paragraph":
         yield from _paragraph_batches(pieces, inp.path, item.first_line, opts.max_doc_bytes, skips, count)

@@ -50,7 +50,7 @@ class Sampler:
         if self.batches == 0:
             self.first = batch.head_chars(FIRST_BATCH_CHARS)
         ends = np.cumsum(lengths)
-        picks = [(i, t) for i, t in enumerate(batch.head(PER_BATCH))]
+        picks = list(enumerate(batch.head(PER_BATCH)))
         if batch.docs > PER_BATCH:
             picks.append((batch.docs - 1, batch.last()))
         for i, text in picks:
