@@ -38,7 +38,7 @@ from shardprep.shard.writer import ShardResult, ShardWriter
 from shardprep.storage.atomic import remove_stale_temps, write_json_atomic
 from shardprep.storage.locations import default_storage, is_url
 from shardprep.storage.objects import READS, ReadCounts
-from shardprep.tokenizer.backend import BACKENDS, Opened, backend_record, check_candidate, open_backend
+from shardprep.tokenizer.backend import BACKENDS, Backend, Opened, backend_record, check_candidate, open_backend
 
 log = logging.getLogger(__name__)
 
@@ -243,11 +243,17 @@ def _write_shard(ctx: _Context, opened: Opened, stop: StopFlag,
                      dtype=job.tokenizer.dtype, chunk_tokens=opts.chunk_tokens) as writer:
         skips = SkipLog(strict=opts.strict)
         sampler = Sampler() if opened.candidate else None
+        reference: list[Backend] = []       # hf, loaded while the workers encode (it is needed by the check)
+
+        def load_reference() -> None:
+            reference.append(BACKENDS["hf"](ctx.tok_json, opts.allow_special_tokens))
+
         if ctx.threads > 1 and opened.backend.name != "hf" and not opts.strict:
             from shardprep.job.parallel import encode_parallel  # (multiprocessing: only tasks with several CPUs)
 
             ctx.workers_rss.append(encode_parallel(ctx.work.items, opts, opened.backend, bounds, writer, stop,
-                                                   ctx.work.index, counted, sampler, skips, ctx.threads))
+                                                   ctx.work.index, counted, sampler, skips, ctx.threads,
+                                                   meanwhile=load_reference if sampler is not None else None))
         else:
             batches = task_batches(ctx.work, opts, skips, opened.backend.block_bytes)
             encode_inline(batches, opened.backend, bounds, writer, stop, ctx.work.index, counted, sampler)
@@ -255,7 +261,8 @@ def _write_shard(ctx: _Context, opened: Opened, stop: StopFlag,
         if sampler is not None:
             check = check_candidate(opened, ctx.tok_json, allow_special_tokens=opts.allow_special_tokens,
                                     sample_texts=sampler.first, recorded=sampler.recorded,
-                                    plan_check=job.backend_check, fingerprint=job.tokenizer.fingerprint)
+                                    plan_check=job.backend_check, fingerprint=job.tokenizer.fingerprint,
+                                    reference=reference[0] if reference else None)
         record = backend_record(opened, check)
         log.info(logs.BACKEND, ctx.work.index, record)
         if record.name != opened.backend.name:

@@ -102,6 +102,12 @@ class ShardWriter:
             if self._pending_count >= self.chunk_tokens:
                 self._flush_chunk()
 
+    def release(self) -> None:
+        """Copy what is held of the ids and lengths passed to :meth:`add` (the start of the next chunk,
+        views into them until then), so the caller may reuse their memory."""
+        self._pending_tokens = [np.array(t) if t.base is not None else t for t in self._pending_tokens]
+        self._pending_lens = [np.array(n) if n.base is not None else n for n in self._pending_lens]
+
     def close(self) -> ShardResult:
         """Flush, terminate the tar, fsync, rename to the final name; return what was written."""
         if self.layout == "pack":

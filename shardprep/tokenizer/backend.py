@@ -191,15 +191,17 @@ def open_backend(name: str, tokenizer_json: str, *, allow_special_tokens: bool) 
 
 def check_candidate(opened: Opened, tokenizer_json: str, *, allow_special_tokens: bool,
                     sample_texts: list[str] | None = None, recorded: list | None = None,
-                    plan_check: PlanCheck | None = None, fingerprint: str | None = None) -> CheckRecord:
+                    plan_check: PlanCheck | None = None, fingerprint: str | None = None,
+                    reference: Backend | None = None) -> CheckRecord:
     """The ``backend.check`` record of an opened candidate: hard cases (unless ``plan_check``, job.json's
     ``backend_check``, applies: ``plan_check.usable_plan_check``), ``sample_texts`` and ``recorded``
-    documents (label, text, the ids the candidate gave them) compared with ``hf``."""
+    documents (label, text, the ids the candidate gave them) compared with ``hf`` (``reference``, when
+    the caller loaded it already)."""
     from shardprep.tokenizer.plan_check import usable_plan_check
     from shardprep.tokenizer.verify_backend import verify_backend
 
     backend = opened.backend
-    reference = BACKENDS["hf"](tokenizer_json, allow_special_tokens)
+    reference = reference or BACKENDS["hf"](tokenizer_json, allow_special_tokens)
     planned, ignored = usable_plan_check(plan_check, backend, reference, fingerprint=fingerprint,
                                          allow_special_tokens=allow_special_tokens)
     check = verify_backend(backend, reference, tokenizer_json, sample_texts or [], planned=planned,
