@@ -18,6 +18,7 @@ from typing import Sequence
 
 from shardprep import __version__
 from shardprep.errors import EXIT_INTERRUPTED, ShardprepError
+from shardprep.job.resources import no_blas_threads
 from shardprep.records import FS_BYTES
 
 # Module names under shardprep.cli, in the order `shardprep --help` lists them.
@@ -90,6 +91,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    no_blas_threads()       # before anything imports numpy (job.resources says why)
     # Ctrl-C must work even when started from a shell that set SIGINT to "ignore" (background jobs of a
     # non-interactive script inherit that): restore Python's KeyboardInterrupt handler.
     with contextlib.suppress(ValueError):  # ValueError: not the main thread (main() called by a test)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import resource
 import sys
+from typing import MutableMapping
 
 
 def usable_cpus() -> int:
@@ -41,6 +42,20 @@ def peak_rss_bytes() -> int:
         pass
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(rss if sys.platform == "darwin" else rss * 1024)
+
+
+NUMPY_THREADS_ENV = "OPENBLAS_NUM_THREADS"
+
+
+def no_blas_threads(environ: MutableMapping[str, str] = os.environ) -> None:
+    """Ask numpy's OpenBLAS for no threads of its own, unless the user set a number.
+
+    Why: importing numpy starts an OpenBLAS thread for every further CPU the process may use, and those
+    threads spin before they sleep: ~0.1-0.2 CPU s of a 2-CPU task here (docs/benchmarks.md, issue 20),
+    more with every core of a bigger node, in every task.  shardprep does no linear algebra.  Effective
+    only before numpy is imported: the CLI calls it first thing, rendered jobs export it.
+    """
+    environ.setdefault(NUMPY_THREADS_ENV, "1")
 
 
 def set_tokenizer_threads(n: int) -> None:

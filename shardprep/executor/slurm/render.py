@@ -24,6 +24,7 @@ from typing import Mapping, Sequence
 from shardprep.errors import ConfigError
 from shardprep.executor.slurm.options import SlurmOptions
 from shardprep.executor.slurm.submission import PlannedArray
+from shardprep.job.resources import NUMPY_THREADS_ENV
 
 SBATCH_MARKER = "# @SHARDPREP_SBATCH@"
 ENV_MARKER = "# @SHARDPREP_ENV@"
@@ -64,10 +65,12 @@ def render(template: str, directives: Sequence[str], env: Mapping[str, str]) -> 
 
 def job_environment(extra: Mapping[str, str] | None = None, *, environ: Mapping[str, str] | None = None,
                     python: str | None = None) -> dict[str, str]:
-    """The export block of a rendered script: :data:`PASSED_ENV` when set, the interpreter, ``extra``."""
+    """The export block of a rendered script: :data:`PASSED_ENV` when set, the interpreter, no threads for
+    numpy's OpenBLAS unless asked for (``job.resources.no_blas_threads``), ``extra``."""
     environ = os.environ if environ is None else environ
     env = {k: environ[k] for k in PASSED_ENV if environ.get(k)}
     env["SHARDPREP_PYTHON"] = python or sys.executable
+    env[NUMPY_THREADS_ENV] = environ.get(NUMPY_THREADS_ENV) or "1"
     env.update(extra or {})
     return env
 
