@@ -259,13 +259,18 @@ def threads(work: Path, task_mb: int, counts: list[int], rounds: int) -> list[di
     return rows
 
 
-def hf_backend(work: Path, mb: int) -> dict:
+def hf_backend(work: Path, mb: int, rounds: int) -> dict:
+    """``--backend hf`` on one core against raw ``encode_batch_fast`` on the same core, ``rounds`` times
+    (the raw encoder measured again in every round; the median of the rounds' ratios)."""
     txt = make_inputs(work, mb, f"hf-{mb}mb", ("txt",))["txt"]
-    raw = run_raw("hf", txt, [0])
     out = work / "out-hf"
     plan(REPO, [txt], out, "--backend", "hf")
-    got = run_tasks(REPO, out, ["0"])
-    return {**got, "raw_tokens_per_s": raw["tokens_per_s"], "ratio": got["tokens_per_cpu_s"] / raw["tokens_per_s"]}
+    raws, runs = [], []
+    for r in range(rounds):
+        raws.append(run_raw("hf", txt, [0])["tokens_per_s"])
+        runs.append(run_tasks(REPO, out, ["0"]))
+        print(f"  round {r + 1}: --backend hf {runs[-1]['tokens_per_cpu_s'] / raws[-1]:.2f}x raw", file=sys.stderr)
+    return _best(runs, raws)
 
 
 def whole_job(work: Path, gb: float, file_mb: int) -> dict:
@@ -312,7 +317,7 @@ def report(res: dict) -> str:
     h = res["hf"]
     parts.append(f"`--backend hf`, one core, {res['hf_mb']} MB: {h['tokens_per_cpu_s'] / 1e6:.3f} Mtok per CPU second e2e against "
                  f"{h['raw_tokens_per_s'] / 1e6:.3f} raw `encode_batch_fast` (256 documents per call): "
-                 f"**{h['ratio']:.2f}x**.\n\nStart-up (process start to the first encode, one-line input): "
+                 f"**{h['ratio']:.2f}x** (median of the rounds {h['ratios']}).\n\nStart-up (process start to the first encode, one-line input): "
                  f"**{res['startup_s']:.3f} s**.")
     if res.get("job"):
         j = res["job"]
@@ -334,7 +339,7 @@ def main() -> int:
     ap.add_argument("--work", type=Path, default=Path("/tmp/shardprep-encoder-ratio"))
     ap.add_argument("--task-mb", type=int, default=256)
     ap.add_argument("--file-mb", type=int, default=48)
-    ap.add_argument("--hf-mb", type=int, default=8)
+    ap.add_argument("--hf-mb", type=int, default=32, help="the hf task (~13 s a round here: its fixed ~0.3 s is 3%%)")
     ap.add_argument("--cores", default=",".join(str(n) for n in sorted({1, 2, 4, 8, 16, ncpu}) if n <= ncpu))
     ap.add_argument("--threads", default=",".join(str(n) for n in sorted({1, 2, 4, 8, ncpu}) if n <= min(ncpu, 8)))
     ap.add_argument("--formats", default=",".join(FORMATS))
@@ -355,7 +360,7 @@ def main() -> int:
     res["single_core"] = single_core(args.work, args.task_mb, base, tuple(args.formats.split(",")), args.rounds)
     res["many_cores"] = many_cores(args.work, args.file_mb, [int(n) for n in args.cores.split(",")], args.rounds)
     res["threads"] = threads(args.work, args.task_mb, [int(n) for n in args.threads.split(",")], args.rounds)
-    res["hf"] = hf_backend(args.work, args.hf_mb)
+    res["hf"] = hf_backend(args.work, args.hf_mb, args.rounds)
     if args.job_gb:
         res["job"] = whole_job(args.work, args.job_gb, args.file_mb)
     write_report(args.out, report(res), res)
