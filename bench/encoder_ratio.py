@@ -264,10 +264,10 @@ def hf_backend(work: Path, mb: int, rounds: int) -> dict:
     (the raw encoder measured again in every round; the median of the rounds' ratios)."""
     txt = make_inputs(work, mb, f"hf-{mb}mb", ("txt",))["txt"]
     out = work / "out-hf"
-    plan(REPO, [txt], out, "--backend", "hf")
     raws, runs = [], []
     for r in range(rounds):
         raws.append(run_raw("hf", txt, [0])["tokens_per_s"])
+        plan(REPO, [txt], out, "--backend", "hf")          # afresh: a finished task is not run again
         runs.append(run_tasks(REPO, out, ["0"]))
         print(f"  round {r + 1}: --backend hf {runs[-1]['tokens_per_cpu_s'] / raws[-1]:.2f}x raw", file=sys.stderr)
     return _best(runs, raws)
