@@ -177,7 +177,9 @@ class _Splitter:
                 self._hold(chunk) if chunk else None
                 return
         last = chunk.rfind(b"\n")
-        data = b"".join(self.carry) + chunk[:last + 1] if self.carry else chunk[:last + 1]
+        # one copy of the block at most (a slice of bytes is a copy, and so is each concatenation)
+        whole = memoryview(chunk)[:last + 1]
+        data = b"".join((*self.carry, whole)) if self.carry else chunk if last + 1 == len(chunk) else bytes(whole)
         self.carry, self.carry_len = [], 0
         if self.end is not None and self.pos + len(data) > self.end:
             data = data[:data.find(b"\n", max(0, self.end - self.pos - 1)) + 1]   # finish the line holding end-1
