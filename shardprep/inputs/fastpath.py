@@ -67,17 +67,23 @@ class DocBatch:
 
     def head_chars(self, limit: int) -> list[str]:
         """The documents in about the first ``limit`` bytes (at least one)."""
+        return self.head_batch(limit).texts()
+
+    def head_batch(self, limit: int) -> "DocBatch":
+        """:meth:`head_chars` as a batch of its own, not decoded yet (a buffer's head is a copy of at most
+        about ``limit`` bytes)."""
         if self.strs is not None or self.buffer is None:
             texts = self.texts()
             total, n = 0, 0
             while n < len(texts) and (n == 0 or total + len(texts[n]) <= limit):
                 total += len(texts[n])
                 n += 1
-            return texts[:n]
+            return DocBatch(n, strs=texts[:n])
         cut = self.buffer.rfind(self.sep, 0, limit) + len(self.sep)
         if cut < len(self.sep):
             cut = self.buffer.index(self.sep) + len(self.sep)
-        return [piece.decode("utf-8") for piece in self.buffer[:cut].split(self.sep)[:-1]]
+        head = self.buffer[:cut]
+        return DocBatch(head.count(self.sep), buffer=head, sep=self.sep)
 
     def last(self) -> str:
         if self.strs is not None or self.buffer is None:

@@ -37,18 +37,23 @@ class Sampler:
     """Documents of the task and the ids the candidate backend gave them, for the check against ``hf``.
 
     ``first``: texts from the first batch (``verify_backend`` picks evenly spaced ones, as it always
-    did); ``recorded``: from every batch, its first and last documents with their ids.
+    did), kept undecoded until read (a task's encoding workers each take one; only the first piece's is
+    read); ``recorded``: from every batch, its first and last documents with their ids.
     """
 
-    first: list[str] = field(default_factory=list)
+    head: DocBatch | None = None       # the first batch's head: decoded only if it is ``first``
     recorded: list[tuple[str, str, np.ndarray]] = field(default_factory=list)
     batches: int = 0
+
+    @property
+    def first(self) -> list[str]:
+        return self.head.texts() if self.head is not None else []
 
     def take(self, batch: DocBatch, flat: np.ndarray, lengths: np.ndarray) -> None:
         if not batch.docs:
             return
         if self.batches == 0:
-            self.first = batch.head_chars(FIRST_BATCH_CHARS)
+            self.head = batch.head_batch(FIRST_BATCH_CHARS)
         ends = np.cumsum(lengths)
         picks = list(enumerate(batch.head(PER_BATCH)))
         if batch.docs > PER_BATCH:
@@ -61,7 +66,7 @@ class Sampler:
     def merge(self, other: "Sampler") -> None:
         """Add another process's samples (batches numbered after this one's)."""
         if not self.batches:
-            self.first = other.first
+            self.head = other.head
         self.recorded += [(f"{label} (+{self.batches})", text, ids) for label, text, ids in other.recorded]
         self.batches += other.batches
 
