@@ -241,21 +241,27 @@ def many_cores(work: Path, file_mb: int, counts: list[int], rounds: int) -> list
 
 
 def threads(work: Path, task_mb: int, counts: list[int], rounds: int) -> list[dict]:
-    """One task given T CPUs against the same task on one (wall clock, best of ``rounds``)."""
+    """One task given T CPUs against the same task on one: every T in every round, one after another; the
+    speedup is the median of the rounds' ratios of wall times (each round's T = 1 against its own T), the
+    row shows the best round."""
+    import statistics
+
     txt = make_inputs(work, task_mb, f"task-{task_mb}mb", ())["txt"]
-    best: dict[int, dict] = {}
+    runs: dict[int, list[dict]] = {t: [] for t in counts}
     for _ in range(rounds):
         for t in counts:
             out = work / f"out-threads-{t}"
             plan(REPO, [txt], out)
-            got = run_tasks(REPO, out, [f"0-{t - 1}" if t > 1 else "0"], threads=t)
-            if t not in best or got["wall_s"] < best[t]["wall_s"]:
-                best[t] = got
-    one = best[counts[0]]
-    rows = [{"threads": t, **got, "speedup": one["wall_s"] / got["wall_s"], "same_shard": got["sha256"] == one["sha256"]}
-            for t, got in best.items()]
+            runs[t].append(run_tasks(REPO, out, [f"0-{t - 1}" if t > 1 else "0"], threads=t))
+    one = runs[counts[0]]
+    rows = []
+    for t, got in runs.items():
+        speedups = [a["wall_s"] / b["wall_s"] for a, b in zip(one, got)]
+        rows.append({"threads": t, **min(got, key=lambda r: r["wall_s"]), "speedup": statistics.median(speedups),
+                     "speedups": [round(x, 2) for x in speedups],
+                     "same_shard": all(r["sha256"] == one[0]["sha256"] for r in got)})
     for r in rows:
-        print(f"  one task, {r['threads']} thread(s): {r['speedup']:.2f}x one thread", file=sys.stderr)
+        print(f"  one task, {r['threads']} thread(s): {r['speedup']:.2f}x one thread ({r['speedups']})", file=sys.stderr)
     return rows
 
 
@@ -291,34 +297,45 @@ def whole_job(work: Path, gb: float, file_mb: int) -> dict:
 
 
 # -- report ------------------------------------------------------------------------------------------------
+PARTS = ("startup", "single", "cores", "threads", "hf")
+
+
 def report(res: dict) -> str:
+    """The markdown report of whichever parts ran (``--only``)."""
     m = res["machine"]
     parts = [f"## shardprep vs the raw encoder (issue 20)\n\nMachine: {m['cpu_model']}, {m['usable_cpus']} usable "
              f"CPU(s), Python {m['python']}, gigatoken {m['versions']['gigatoken']}, tokenizers "
              f"{m['versions']['tokenizers']}; load average at start {m['load_avg_at_start']}. Command: "
              f"`python bench/encoder_ratio.py {res['argv']}`.\n"]
-    rows = [[r["format"], r["code"], f"{r['tokens']:,}", r["wall_s"], r["cpu_s"], r["tokens_per_cpu_s"] / 1e6,
-             r["raw_tokens_per_s"] / 1e6, r["ratio"], ", ".join(f"{x:.2f}" for x in r["ratios"]), r["peak_rss_mb"]]
-            for r in res["single_core"]]
-    parts.append(f"One task of {res['task_mb']} MB on one core (e2e: `run-task` from process start to exit; "
-                 f"{res.get('rounds', 1)} rounds interleaved, best CPU time, the ratio is the median of the "
-                 "rounds' ratios of tokens per CPU second to the raw encoder's tokens/s in the same round; peak "
-                 "RSS from the kernel's accounting of the task process):\n\n"
-                 + markdown_table(["input", "code", "tokens", "wall s", "CPU s", "Mtok/CPU-s", "raw Mtok/s", "ratio",
-                                   "rounds", "peak RSS MiB"], rows))
-    rows = [[r["cores"], r["wall_s"], r["tokens_per_s"] / 1e6, r["raw_tokens_per_s"] / 1e6, r["ratio"]]
-            for r in res["many_cores"]]
-    parts.append(f"N single-core tasks of {res['file_mb']} MB on N cores, against N raw encoder processes:\n\n"
-                 + markdown_table(["N", "wall s", "Mtok/s", "raw Mtok/s", "ratio"], rows))
-    rows = [[r["threads"], r["wall_s"], r["tokens_per_s"] / 1e6, r["speedup"], r["peak_rss_mb"], r["same_shard"]]
-            for r in res["threads"]]
-    parts.append(f"One task of {res['task_mb']} MB given T CPUs (`--threads T`, pinned to T cores):\n\n"
-                 + markdown_table(["T", "wall s", "Mtok/s", "speedup", "peak RSS MiB (task)", "same shard"], rows))
-    h = res["hf"]
-    parts.append(f"`--backend hf`, one core, {res['hf_mb']} MB: {h['tokens_per_cpu_s'] / 1e6:.3f} Mtok per CPU second e2e against "
-                 f"{h['raw_tokens_per_s'] / 1e6:.3f} raw `encode_batch_fast` (256 documents per call): "
-                 f"**{h['ratio']:.2f}x** (median of the rounds {h['ratios']}).\n\nStart-up (process start to the first encode, one-line input): "
-                 f"**{res['startup_s']:.3f} s**.")
+    if res.get("single_core"):
+        rows = [[r["format"], r["code"], f"{r['tokens']:,}", r["wall_s"], r["cpu_s"], r["tokens_per_cpu_s"] / 1e6,
+                 r["raw_tokens_per_s"] / 1e6, r["ratio"], ", ".join(f"{x:.2f}" for x in r["ratios"]), r["peak_rss_mb"]]
+                for r in res["single_core"]]
+        parts.append(f"One task of {res['task_mb']} MB on one core (e2e: `run-task` from process start to exit; "
+                     f"{res.get('rounds', 1)} rounds interleaved, best CPU time, the ratio is the median of the "
+                     "rounds' ratios of tokens per CPU second to the raw encoder's tokens/s in the same round; peak "
+                     "RSS from the kernel's accounting of the task process):\n\n"
+                     + markdown_table(["input", "code", "tokens", "wall s", "CPU s", "Mtok/CPU-s", "raw Mtok/s",
+                                       "ratio", "rounds", "peak RSS MiB"], rows))
+    if res.get("many_cores"):
+        rows = [[r["cores"], r["wall_s"], r["tokens_per_s"] / 1e6, r["raw_tokens_per_s"] / 1e6, r["ratio"]]
+                for r in res["many_cores"]]
+        parts.append(f"N single-core tasks of {res['file_mb']} MB on N cores, against N raw encoder processes:\n\n"
+                     + markdown_table(["N", "wall s", "Mtok/s", "raw Mtok/s", "ratio"], rows))
+    if res.get("threads"):
+        rows = [[r["threads"], r["wall_s"], r["tokens_per_s"] / 1e6, r["speedup"], ", ".join(map(str, r["speedups"])),
+                 r["peak_rss_mb"], r["same_shard"]] for r in res["threads"]]
+        parts.append(f"One task of {res['task_mb']} MB given T CPUs (`--threads T`, pinned to T cores; best round, "
+                     "the speedup is the median of the rounds' ratios to T = 1 in the same round):\n\n"
+                     + markdown_table(["T", "wall s", "Mtok/s", "speedup", "rounds", "peak RSS MiB (task)",
+                                       "same shard"], rows))
+    if res.get("hf"):
+        h = res["hf"]
+        parts.append(f"`--backend hf`, one core, {res['hf_mb']} MB: {h['tokens_per_cpu_s'] / 1e6:.3f} Mtok per CPU "
+                     f"second e2e against {h['raw_tokens_per_s'] / 1e6:.3f} raw `encode_batch_fast` (256 documents "
+                     f"per call): **{h['ratio']:.2f}x** (median of the rounds {h['ratios']}).")
+    if "startup_s" in res:
+        parts.append(f"Start-up (process start to the first encode, one-line input): **{res['startup_s']:.3f} s**.")
     if res.get("job"):
         j = res["job"]
         parts.append(f"Whole job, default options, local executor: {j['gb']} GB in {j['files']} files -> {j['tasks']} "
@@ -346,6 +363,7 @@ def main() -> int:
     ap.add_argument("--baseline", default=None, help="a git revision run on the same single-core tasks")
     ap.add_argument("--job-gb", type=float, default=0.0, help="also run a whole default job of this many GB")
     ap.add_argument("--rounds", type=int, default=3, help="rounds of every measurement (interleaved)")
+    ap.add_argument("--only", default=",".join(PARTS), help=f"the parts to run, of {','.join(PARTS)}")
     ap.add_argument("--quick", action="store_true", help="small sizes (a smoke run of the script)")
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "encoder_ratio.md")
     args = ap.parse_args()
@@ -355,12 +373,18 @@ def main() -> int:
     base = extract_base(args.baseline, args.work)[0] if args.baseline else None
     res: dict = {"machine": machine_info(), "argv": " ".join(sys.argv[1:]), "task_mb": args.task_mb,
                  "file_mb": args.file_mb, "hf_mb": args.hf_mb}
-    res["startup_s"] = min(startup(REPO, args.work) for _ in range(3))
+    only = set(args.only.split(","))
     res["rounds"] = args.rounds
-    res["single_core"] = single_core(args.work, args.task_mb, base, tuple(args.formats.split(",")), args.rounds)
-    res["many_cores"] = many_cores(args.work, args.file_mb, [int(n) for n in args.cores.split(",")], args.rounds)
-    res["threads"] = threads(args.work, args.task_mb, [int(n) for n in args.threads.split(",")], args.rounds)
-    res["hf"] = hf_backend(args.work, args.hf_mb, args.rounds)
+    if "startup" in only:
+        res["startup_s"] = min(startup(REPO, args.work) for _ in range(3))
+    if "single" in only:
+        res["single_core"] = single_core(args.work, args.task_mb, base, tuple(args.formats.split(",")), args.rounds)
+    if "cores" in only:
+        res["many_cores"] = many_cores(args.work, args.file_mb, [int(n) for n in args.cores.split(",")], args.rounds)
+    if "threads" in only:
+        res["threads"] = threads(args.work, args.task_mb, [int(n) for n in args.threads.split(",")], args.rounds)
+    if "hf" in only:
+        res["hf"] = hf_backend(args.work, args.hf_mb, args.rounds)
     if args.job_gb:
         res["job"] = whole_job(args.work, args.job_gb, args.file_mb)
     write_report(args.out, report(res), res)
