@@ -13,12 +13,12 @@ pieces' counts) and the samples for the exactness check are merged in the same o
 
 How the ids come back: through shared memory, not the pipe.  Each piece is sent with a free slot of an
 anonymous shared mapping made before the fork; the worker copies each block's ids and document lengths
-there as it goes, and the pipe carries only the piece's counts, skips and samples.  Through a pipe
-every id was copied four times (into one array, into bytes, into and out of the kernel) in 64 KiB writes
-that woke the task, whose CPUs the workers share: one 256 MB task on 2 CPUs took 1.47 s with the pipe,
-1.28 s with the slots and ``meanwhile`` (median of 5, docs/benchmarks.md).  A piece whose ids outgrow a slot (a compressed
-input is one piece) still goes through the pipe.  A slot is given out again only once the task has
-written its ids (``ShardWriter.release`` copies what the writer keeps of them).
+there as it goes, and the pipe carries only the piece's counts, skips and samples.  Through a pipe every
+id was copied four times (into one array, into bytes, into and out of the kernel) in 64 KiB writes that
+woke the task, whose CPUs the workers share: one 256 MB task on 2 CPUs took 1.47 s with the pipe, 1.28 s
+with the slots and ``meanwhile`` (median of 5, docs/benchmarks.md).  A piece whose ids outgrow a slot (a
+compressed input is one piece) still goes through the pipe.  A slot is given out again only once the task
+has written its ids (``ShardWriter.release`` copies what the writer keeps of them).
 
 A compressed input cannot be cut: it is one piece, read by one worker.  ``--strict`` tasks run inline
 (the first bad line must stop the task where it is, with its exact location).
