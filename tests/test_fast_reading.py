@@ -100,7 +100,7 @@ def test_fast_path_reads_exactly_what_the_per_line_policy_reads(tmp_path_factory
 
 def test_blocks_are_read_ahead_only_where_reads_wait(monkeypatch):
     from shardprep.inputs import blocks
-    from shardprep.storage.lustre import MountEntry
+    from shardprep.storage.mounts import MountEntry
 
     table = [MountEntry("/dev/sda1", "/", "ext4", "rw"), MountEntry("10.0.0.1@tcp:/fsx", "/fsx", "lustre", "rw"),
              MountEntry("nfs:/home", "/home", "nfs4", "rw"), MountEntry("tmpfs", "/dev/shm", "tmpfs", "rw")]

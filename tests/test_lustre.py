@@ -19,10 +19,9 @@ from shardprep.storage.lustre import (
     STAGED_INPUT_LAYOUT,
     StripeLayout,
     is_lustre,
-    mount_for,
-    parse_mounts,
     prepare_output_dir,
 )
+from shardprep.storage.mounts import mount_for, parse_mounts
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
 from fake_lfs import install as install_fake_lfs  # noqa: E402

@@ -136,7 +136,8 @@ def read_striping(path: Path) -> str:
 
 def check_filesystem(output: Path, *, detect: Callable[[Path], bool] | None = None) -> Check:
     """Lustre or not (statfs magic), the mount, and on Lustre the current default striping."""
-    from shardprep.storage.lustre import detect_lustre, mount_for, read_mount_table
+    from shardprep.storage.lustre import detect_lustre
+    from shardprep.storage.mounts import mount_for, read_mount_table
 
     probe = existing_ancestor(output)
     mount = mount_for(os.path.realpath(probe), read_mount_table())

@@ -248,7 +248,7 @@ LOCAL_FILE_SYSTEMS = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "zfs", "
 
 @functools.lru_cache(maxsize=1)
 def _mounts() -> list:
-    from shardprep.storage.lustre import read_mount_table
+    from shardprep.storage.mounts import read_mount_table
 
     try:
         return read_mount_table()
@@ -259,7 +259,7 @@ def _mounts() -> list:
 def reads_wait(path: str) -> bool:
     """Whether reading ``path`` waits on a network or cluster file system or an object store (worth a block
     read ahead)."""
-    from shardprep.storage.lustre import mount_for
+    from shardprep.storage.mounts import mount_for
 
     if is_url(path):
         return True

@@ -28,6 +28,7 @@ from typing import Callable
 from shardprep.errors import ConfigError, EnvironmentProblem
 from shardprep.storage.local import existing_ancestor
 from shardprep.storage.lock import is_unused_dir
+from shardprep.storage.mounts import MountEntry, mount_for, read_mount_table
 
 log = logging.getLogger(__name__)
 
@@ -35,43 +36,6 @@ LUSTRE_SUPER_MAGIC = 0x0BD00BD0
 LFS_TIMEOUT_S = 120
 
 # --------------------------------------------------------------------------------------------- detection
-
-
-@dataclass(frozen=True)
-class MountEntry:
-    device: str
-    mountpoint: str
-    fstype: str
-    options: str
-
-
-def _unescape_mount_field(field: str) -> str:
-    """/proc/mounts escapes space, tab, newline and backslash as ``\\ooo`` octal."""
-    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
-
-
-def parse_mounts(text: str) -> list[MountEntry]:
-    """Parse /proc/self/mounts (or /etc/mtab) text; malformed lines are skipped."""
-    entries = []
-    for line in text.splitlines():
-        fields = line.split()
-        if len(fields) < 4:
-            continue
-        device, mountpoint, fstype, options = (_unescape_mount_field(f) for f in fields[:4])
-        entries.append(MountEntry(device, mountpoint, fstype, options))
-    return entries
-
-
-def mount_for(path: str, mounts: list[MountEntry]) -> MountEntry | None:
-    """The entry whose mount point is the longest prefix of the absolute ``path`` (the last one wins
-    among equal mount points, as the kernel stacks later mounts on top)."""
-    best: MountEntry | None = None
-    for m in mounts:
-        mp = m.mountpoint.rstrip("/") or "/"
-        if path == mp or path.startswith(mp + "/") or mp == "/":
-            if best is None or len(mp) >= len(best.mountpoint.rstrip("/") or "/"):
-                best = m
-    return best
 
 
 def is_lustre(magic: int | None, mount: MountEntry | None) -> bool:
@@ -99,14 +63,6 @@ def statfs_magic(path: Path) -> int | None:
     except (OSError, AttributeError) as e:
         log.debug("statfs unavailable: %s", e)
         return None
-
-
-def read_mount_table(path: str = "/proc/self/mounts") -> list[MountEntry]:
-    try:
-        with open(path, encoding="utf-8", errors="surrogateescape") as f:
-            return parse_mounts(f.read())
-    except OSError:
-        return []
 
 
 def detect_lustre(path: Path) -> bool:
