@@ -1,4 +1,4 @@
-"""How a task's encoding workers hand their ids back (job.parallel): shared slots, the pipe when a piece
+"""How a task's encoding workers hand their ids back (job.slots): shared slots, the pipe when a piece
 outgrows its slot, and the writer letting go of a slot before it is reused."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from shardprep.job.parallel import Slots, _PieceIds
+from shardprep.job.slots import PieceIds, Slots
 from shardprep.shard.writer import ShardWriter
 
 
@@ -23,7 +23,7 @@ def _batches(n: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
 def test_a_piece_is_in_its_slot_while_it_fits_and_piped_whole_once_it_does_not(tokens, docs):
     slots = Slots(3, tokens, docs, np.dtype(np.uint16))
     batches = _batches(12, seed=tokens + docs)
-    out = _PieceIds(slots, 1)
+    out = PieceIds(slots, 1)
     for ids, lengths in batches:
         out.add(ids, lengths)
     want_ids = np.concatenate([b[0] for b in batches])
@@ -43,7 +43,7 @@ def test_a_piece_is_in_its_slot_while_it_fits_and_piped_whole_once_it_does_not(t
 def test_slots_are_separate():
     slots = Slots(2, 100, 10, np.dtype(np.uint32))
     for slot, value in ((0, 7), (1, 9)):
-        out = _PieceIds(slots, slot)
+        out = PieceIds(slots, slot)
         out.add(np.full(100, value, np.uint32), np.full(10, 10, np.int64))
     assert set(slots.take(0, 100, 10)[0].tolist()) == {7} and set(slots.take(1, 100, 10)[0].tolist()) == {9}
 
