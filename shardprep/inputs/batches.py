@@ -62,6 +62,7 @@ class _ReadAhead:
     def __init__(self, items: Sequence[tuple[InputFile, WorkItem]], limit: int, block_bytes: int,
                  prefetch: bool | None):
         self.ahead = [k for k, (inp, _) in enumerate(items) if not inp.tabular and _reads_ahead(inp, prefetch)]
+        self._ahead_set = frozenset(self.ahead)  # asked once per item, and a task may hold thousands
         self._stream: Iterator[tuple[int, Piece | Exception]] | None = None
         self._next: tuple[int, Piece | Exception] | None = None
         if self.ahead:
@@ -80,7 +81,7 @@ class _ReadAhead:
 
     def pieces(self, k: int) -> Iterator[Piece] | None:
         """Item ``k``'s blocks from the thread; None when it is not read ahead."""
-        if self._stream is None or k not in self.ahead:
+        if self._stream is None or k not in self._ahead_set:
             return None
         return self._take(k, self._stream)
 
