@@ -24,7 +24,7 @@ from typing import Mapping, Sequence
 from shardprep.errors import ConfigError
 from shardprep.executor.slurm.options import SlurmOptions
 from shardprep.executor.slurm.submission import PlannedArray
-from shardprep.job.resources import NUMPY_THREADS_ENV
+from shardprep.job.resources import NUMPY_THREADS_ENV, no_blas_threads
 
 SBATCH_MARKER = "# @SHARDPREP_SBATCH@"
 ENV_MARKER = "# @SHARDPREP_ENV@"
@@ -32,8 +32,10 @@ TEMPLATES = ("tokenize", "finalize", "stage", "train")
 DEFAULT_MAX_ARRAY_SIZE = 1001                   # Slurm's default MaxArraySize
 TASK_LOG_PATTERN = "%A_%a.out"                  # under OUTPUT/logs; %a is the array index, not the task
 # Variables copied from the submitting environment when set: what a python process needs to start,
-# and the tokenizer thread knobs.  Everything else (tokens, keys, proxies, HOME-specific config) stays out.
-PASSED_ENV = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "RAYON_NUM_THREADS", "TOKENIZERS_PARALLELISM")
+# and the tokenizer and numpy thread knobs.  Everything else (tokens, keys, proxies, HOME-specific config)
+# stays out.
+PASSED_ENV = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "RAYON_NUM_THREADS", "TOKENIZERS_PARALLELISM",
+              NUMPY_THREADS_ENV)
 
 
 def template_text(name: str) -> str:
@@ -70,7 +72,7 @@ def job_environment(extra: Mapping[str, str] | None = None, *, environ: Mapping[
     environ = os.environ if environ is None else environ
     env = {k: environ[k] for k in PASSED_ENV if environ.get(k)}
     env["SHARDPREP_PYTHON"] = python or sys.executable
-    env[NUMPY_THREADS_ENV] = environ.get(NUMPY_THREADS_ENV) or "1"
+    no_blas_threads(env)
     env.update(extra or {})
     return env
 
