@@ -93,19 +93,21 @@ def tokenize_directives(opts: SlurmOptions, output: Path, array: PlannedArray, *
 
 
 def render_tokenize(opts: SlurmOptions, output: Path, array: PlannedArray, *, parts: int = 1,
-                    environ: Mapping[str, str] | None = None) -> str:
-    """The sbatch script of one tokenize array (one of ``parts`` when MaxArraySize split the ids)."""
+                    environ: Mapping[str, str] | None = None, store_env: Mapping[str, str] | None = None) -> str:
+    """The sbatch script of one tokenize array (one of ``parts`` when MaxArraySize split the ids);
+    ``store_env``: :func:`input_store_environment`, when the caller renders several arrays of one plan."""
     if array.offset is None:
         raise ValueError("an sbatch array runs task offset + index: plan it with indexing='offset'")
+    if store_env is None:
+        store_env = input_store_environment(output, environ)
     env = job_environment({"SHARDPREP_OUTPUT": str(output), "SHARDPREP_TASK_OFFSET": str(array.offset),
-                           "SHARDPREP_MAX_REQUEUES": str(opts.max_requeues), **input_store_environment(output, environ)},
-                          environ=environ)
+                           "SHARDPREP_MAX_REQUEUES": str(opts.max_requeues), **store_env}, environ=environ)
     return render(template_text("tokenize"), tokenize_directives(opts, output, array, parts=parts), env)
 
 
 def input_store_environment(output: Path, environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """The object-store settings the tasks of a plan with remote inputs need (job.json ``storage``; issue 22),
-    as ``stage --submit`` passes them: no keys (``credentials.store_environment``).  None for a plan of files."""
+    as ``stage --submit`` passes them: no keys (``credentials.store_environment``).  Empty for a plan of files."""
     from shardprep.errors import RecordError
     from shardprep.executor.slurm.credentials import store_environment
     from shardprep.job.schema import Job

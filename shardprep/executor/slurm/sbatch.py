@@ -25,7 +25,12 @@ from shardprep.executor.base import LaunchReport
 from shardprep.executor.slurm import commands as slurm_cmd
 from shardprep.executor.slurm.jobs import SLURM_DIR, ArrayRecord, FinalizeRecord, SubmissionRecorder
 from shardprep.executor.slurm.launch import SlurmLauncher
-from shardprep.executor.slurm.render import TASK_LOG_PATTERN, render_finalize, render_tokenize
+from shardprep.executor.slurm.render import (
+    TASK_LOG_PATTERN,
+    input_store_environment,
+    render_finalize,
+    render_tokenize,
+)
 from shardprep.executor.slurm.submission import PlannedArray, SubmissionPlan
 from shardprep.job.state import format_array_ranges
 from shardprep.shard.format import LOG_DIR
@@ -54,8 +59,9 @@ class SlurmExecutor(SlurmLauncher):
 
     def render(self, output: Path, plan: SubmissionPlan, seq: int) -> list[RenderedJob]:
         """The scripts of ``plan``, arrays first (in plan order), then finalize."""
+        store_env = input_store_environment(output)          # (job.json read, and any warning said, once)
         jobs = [RenderedJob(f"{seq:03d}-tokenize-{a.number}.sbatch",
-                            render_tokenize(self.options, output, a, parts=len(plan.arrays)), a)
+                            render_tokenize(self.options, output, a, parts=len(plan.arrays), store_env=store_env), a)
                 for a in plan.arrays]
         if plan.finalize:
             jobs.append(RenderedJob(f"{seq:03d}-finalize.sbatch", render_finalize(self.options, output)))
