@@ -265,12 +265,15 @@ def get_body(client: Any, obj: S3Object, consume: Callable[[Any], T], *, what: s
     raise AssertionError("unreachable")
 
 
-def read_range(client: Any, obj: S3Object, offset: int, size: int) -> bytes:
-    """Exactly ``size`` bytes at ``offset`` with one ranged GET; ``EOFError`` when the object is shorter."""
+def read_range(client: Any, obj: S3Object, offset: int, size: int, *,
+               answered: Callable[[dict], None] | None = None, **params: Any) -> bytes:
+    """Exactly ``size`` bytes at ``offset`` with one ranged GET; ``EOFError`` when the object is shorter.
+    ``answered`` and ``params`` (``IfMatch``...) as :func:`get_body` takes them."""
     if size <= 0:
         return b""
     byte_range = f"bytes={offset}-{offset + size - 1}"
-    data = get_body(client, obj, lambda body: body.read(), what=f"{obj.url}: GET {byte_range}", Range=byte_range)
+    data = get_body(client, obj, lambda body: body.read(), what=f"{obj.url}: GET {byte_range}", answered=answered,
+                    Range=byte_range, **params)
     return exact(data, obj.url, offset, size)
 
 

@@ -14,13 +14,12 @@ from shardprep.storage.objects import READS, ObjectChanged, ObjectInfo, compare,
 from shardprep.storage.s3 import (
     ClientOptions,
     S3Location,
-    get_body,
     list_objects,
     parse_s3_object,
+    read_range,
     s3_errors,
     shared_client,
 )
-from shardprep.storage.store import exact
 
 
 def _object_info(url: str, size: int, modified: Any, etag: str | None, version: str | None) -> ObjectInfo:
@@ -77,13 +76,11 @@ class S3Version:
     def read(self, offset: int, size: int) -> bytes:
         if size <= 0:
             return b""
-        byte_range = f"bytes={offset}-{offset + size - 1}"
         match = {"IfMatch": self.etag} if self.etag else {}
-        data = get_body(shared_client(self.options), self.obj, lambda body: body.read(), answered=self._answered,
-                    what=f"{self.path}: GET {byte_range}", Range=byte_range, **match)
+        data = read_range(shared_client(self.options), self.obj, offset, size, answered=self._answered, **match)
         READS.add(nbytes=len(data))
         self._read = True
-        return exact(data, self.path, offset, size)
+        return data
 
     def check(self) -> None:
         """Every GET was held to the planned version; an object never read (empty) gets one HEAD."""
