@@ -264,11 +264,11 @@ def _commit(output: Path, staging: Path, plan: Plan, job: Job) -> None:
     write_json_atomic(output / JOB_FILE, job.to_dict())
 
 
-def write_plan(output: Path, plan: Plan, *, previous: Job | str | None = None, overwrite: bool = False,
+def write_plan(output: Path, plan: Plan, *, previous: Job | str | None, overwrite: bool = False,
                lustre: dict[str, Any] | None = None) -> Job:
     """Freeze ``plan`` into ``output`` (creating it), or accept an identical existing plan.
 
-    ``previous`` is the plan already there (``existing_plan``, read once by the caller); ``lustre``
+    ``previous`` is the plan already there (``existing_plan``, read once by the caller; None: none); ``lustre``
     records the Lustre layout applied (not fingerprinted).  Returns the job as stored.
     Raises PlanConflictError when a different plan is already there.  The records are written to a
     hidden staging directory first (the fingerprint is known only once every task was generated).
@@ -277,17 +277,16 @@ def write_plan(output: Path, plan: Plan, *, previous: Job | str | None = None, o
     staging = temp_name_for(output / PLAN_DIR)
     try:
         job = _write_records(plan, staging, lustre)
-        old = previous
-        if isinstance(old, Job) and old.fingerprint == job.fingerprint:
+        if isinstance(previous, Job) and previous.fingerprint == job.fingerprint:
             log.info("%s already holds this plan (%s); finished tasks will be skipped", output, job.fingerprint[:12])
-            return old
-        if old is not None and not overwrite:
-            why = _differences(output, old, job, plan) if isinstance(old, Job) else [old]
+            return previous
+        if previous is not None and not overwrite:
+            why = _differences(output, previous, job, plan) if isinstance(previous, Job) else [previous]
             raise PlanConflictError(
                 f"{output} already holds a different plan: {'; '.join(why)}",
                 hint="use a new --output, `submit --resume` to continue the existing plan, or --overwrite to start over",
             )
-        if old is not None:
+        if previous is not None:
             log.warning("--overwrite: removing the previous plan and its shards from %s", output)
             clear_output(output, keep=staging)
         _commit(output, staging, plan, job)
