@@ -21,6 +21,7 @@ import numpy as np
 from shardprep.inputs.discover import InputFile
 from shardprep.inputs.planned import OpenInput
 from shardprep.inputs.readers import SkipLog, WorkItem, iter_documents
+from shardprep.inputs.remote import in_parallel, is_input_url
 from shardprep.job.options import TokenizeOptions
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -59,15 +60,25 @@ def sample_shard_ratio(inputs: Sequence[InputFile], backend: Backend, options: T
     if not picked:
         return None
     lenient = replace(options, strict=False)        # bad lines are the task's to report, not the plan's
-    extra = int(options.add_eos) + int(options.add_bos)
-    consumed = tokens = 0
-    for idx, inp in picked:
+
+    def head(picked_input: tuple[int, InputFile]) -> tuple[int, list[str]] | None:
+        """(bytes consumed, documents) of one input's head; None when it cannot be read."""
+        idx, inp = picked_input
         end = _head_end(inp, SAMPLE_BYTES_PER_FILE)
         try:
-            docs = list(iter_documents(inp, WorkItem(idx, 0, end, "bytes", 1), lenient, SkipLog()))
+            return end, list(iter_documents(inp, WorkItem(idx, 0, end, "bytes", 1), lenient, SkipLog()))
         except Exception as e:   # noqa: BLE001 - an unreadable input fails its task with a clear error
             log.debug("shard ratio sample: skipped %s (%s)", inp.path, e)
+            return None
+
+    # remote heads are two requests each: read several at once, as the plan's other per-input reads are
+    heads = in_parallel(head, picked) if any(is_input_url(inp.path) for _, inp in picked) else map(head, picked)
+    extra = int(options.add_eos) + int(options.add_bos)
+    consumed = tokens = 0
+    for got in heads:
+        if got is None:
             continue
+        end, docs = got
         consumed += end
         if docs:
             _, lengths = backend.encode_batch(docs)
