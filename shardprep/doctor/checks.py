@@ -39,6 +39,7 @@ from shardprep.doctor.machine import (
 )
 from shardprep.errors import EXIT_INPUT, EXIT_OK, EXIT_TOKENIZER, ShardprepError
 from shardprep.inputs.planned import OpenInput, parquet_file
+from shardprep.inputs.remote import in_parallel
 from shardprep.job.resources import usable_cpus
 from shardprep.job.sizing import auto_sizing
 from shardprep.storage.local import existing_ancestor
@@ -203,7 +204,9 @@ def check_input(ctx: Context) -> Check:
     try:
         ctx.found = discover_inputs(ctx.inputs)
         require_text_field(ctx.found, ctx.text_field)       # what plan and submit refuse
-        ctx.text_bytes = sum(_text_bytes(i) for i in ctx.found)
+        remote_parquet = any(i.format == "parquet" and is_url(i.path) for i in ctx.found)
+        # a remote parquet footer is a request: several at once, as plan reads them
+        ctx.text_bytes = sum(in_parallel(_text_bytes, ctx.found) if remote_parquet else map(_text_bytes, ctx.found))
         skipped = _read_sample(ctx)
         remote = _remote_read(ctx.found)
     except ShardprepError as e:
