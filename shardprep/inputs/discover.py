@@ -133,6 +133,16 @@ class LinkReport:
                         len(self.duplicates), named)
 
 
+def is_plan_bytes(data: bytes) -> bool:
+    """Are these the bytes of a shardprep ``job.json`` (a file or an object read whole)?  Not JSON: no."""
+    import orjson
+
+    try:
+        return is_shardprep_plan(orjson.loads(data))
+    except ValueError:
+        return False
+
+
 def is_shardprep_plan(record: Any) -> bool:
     """Is this parsed ``job.json`` one shardprep wrote (plan format 2: ``created_by``; format 1 had no such
     field but held ``fingerprint``, ``inputs`` and ``tasks``)?"""
@@ -148,12 +158,10 @@ class OutputDirs:
     found: dict[str, None] = field(default_factory=dict)          # output directories met, in order
 
     def holds_plan(self, directory: str) -> bool:
-        import orjson
-
         try:
             with open(os.path.join(directory, PLAN_FILE), "rb") as f:
-                return is_shardprep_plan(orjson.loads(f.read(1 << 20)))
-        except (OSError, ValueError):       # none there, unreadable, or not JSON: not one of ours
+                return is_plan_bytes(f.read(1 << 20))
+        except OSError:                     # none there, or unreadable: not one of ours
             return False
 
     def owner_of_dir(self, directory: str) -> str | None:

@@ -18,8 +18,6 @@ import logging
 import re
 from typing import TYPE_CHECKING, Callable, Sequence, TypeVar
 
-import orjson
-
 from shardprep.errors import InputDataError, ShardprepError
 from shardprep.storage.locations import remote_store_for, scheme
 from shardprep.storage.objects import ObjectInfo
@@ -34,7 +32,6 @@ R = TypeVar("R")
 CONCURRENCY = 16            # objects read at once while planning (parquet footers, jsonl heads)
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
 _GLOB = re.compile(r"[*?\[]")
-PLAN_NAME = "job.json"
 
 
 def is_input_url(spec: str) -> bool:
@@ -80,17 +77,17 @@ def _hidden(url: str, root: str) -> bool:
 
 def _outputs(infos: list[ObjectInfo]) -> list[str]:
     """Prefixes (ending in ``/``) that hold a shardprep plan, read from the ``job.json`` objects listed."""
-    from shardprep.inputs.discover import is_shardprep_plan
+    from shardprep.inputs.discover import PLAN_FILE, is_plan_bytes
 
     found = []
     for info in infos:
-        if info.url.rsplit("/", 1)[-1] == PLAN_NAME and info.size < (1 << 20):
+        if info.url.rsplit("/", 1)[-1] == PLAN_FILE and info.size < (1 << 20):
             try:
-                plan = orjson.loads(remote_store_for(info.url).read_bytes(info.url))
-            except (OSError, ValueError, ShardprepError):     # unreadable or not JSON: not one of ours
+                data = remote_store_for(info.url).read_bytes(info.url)
+            except (OSError, ValueError, ShardprepError):     # unreadable: not one of ours
                 continue
-            if is_shardprep_plan(plan):
-                found.append(info.url[:-len(PLAN_NAME)])
+            if is_plan_bytes(data):
+                found.append(info.url[:-len(PLAN_FILE)])
     return found
 
 
