@@ -7,8 +7,8 @@ per run, rounds alternating local and remote so load changes hit both alike):
 
 - end-to-end tokens/s of the task (tokens / wall time of the whole process: start-up, reading, the check
   against hf, writing), and its ratio remote/local per round (the target: >= 0.8, the median of rounds);
-- the task's peak RSS (its sidecar's ``stats.peak_rss_bytes``; with ``--threads 2`` the parent only, which
-  writes the shard, not its two encode workers) and its remote requests, retries and bytes
+- the task's peak RSS (its sidecar's ``stats.peak_rss_bytes``; with ``--threads 2`` the task's own and its
+  encode workers', added up as the sidecar records them) and its remote requests, retries and bytes
   (``stats.remote``); the shards of both runs must be byte-identical;
 - the S3 server's CPU time during each remote run (moto is one Python process on the same cores);
 - stage-then-tokenize: `shardprep stage` of the prefix to local disk, then plan + the task, against plan +
@@ -42,18 +42,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import GPT2, REPO, english_corpus, machine_info, markdown_table, write_report  # noqa: E402
-from stage import free_port, process_cpu_s, start_server  # noqa: E402
+from stage import ENV, free_port, process_cpu_s, start_server  # noqa: E402
 
 from shardprep.storage.atomic import sha256_file  # noqa: E402
 
 BUCKET = "remote-bench"
-CREDENTIALS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1",
-               "AWS_CONFIG_FILE": os.devnull, "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
-               "AWS_EC2_METADATA_DISABLED": "true", "NO_PROXY": "127.0.0.1,localhost"}
 
 
 def env() -> dict[str, str]:
-    return {**os.environ, **CREDENTIALS, "PYTHONPATH": str(REPO)}
+    return {**os.environ, **ENV, "PYTHONPATH": str(REPO)}
 
 
 def shardprep(*args: object) -> list[str]:
@@ -88,8 +85,8 @@ def upload(endpoint: str, files: list[Path], prefix: str) -> str:
     import boto3
 
     client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
-                          aws_access_key_id=CREDENTIALS["AWS_ACCESS_KEY_ID"],
-                          aws_secret_access_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"])
+                          aws_access_key_id=ENV["AWS_ACCESS_KEY_ID"],
+                          aws_secret_access_key=ENV["AWS_SECRET_ACCESS_KEY"])
     if not any(b["Name"] == BUCKET for b in client.list_buckets()["Buckets"]):
         client.create_bucket(Bucket=BUCKET)
     for f in files:
