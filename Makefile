@@ -2,10 +2,16 @@
 # default; `make test` runs the test suite (.ci/run calls the same script).
 .PHONY: install demo test bench bench-setup
 
+# What the demo needs beyond the core: [report], the figures of the page it ends with.  Not torch (it
+# loads no batches) nor the rest of [all]: about 440 MB and half a minute to a minute of pip with a warm
+# cache, where `make install` is 2.1 GB (tests/test_r4_demo_deps.py runs the demo with every other extra blocked).
+DEMO_EXTRAS = report
+
 install:
 	bash scripts/install.sh
 
-demo: install
+demo:
+	bash scripts/install.sh $(DEMO_EXTRAS)
 	python3 -m shardprep demo --workdir demo-out
 
 test:

@@ -9,6 +9,12 @@ number of steps, so the all-reduce in ``backward()`` never waits for a rank that
 ``--data`` may also be a mixture spec (``mix.yaml``; examples/train_mix.py builds one in Python).
 ``--record DIR`` writes what every rank saw (unit/document ids, sources, a digest of each batch and row) as
 JSON lines, which tests/test_loader_ddp.py and tests/test_loader_mix_ddp.py use to check coverage and resume.
+
+Rank 0 prints ``step S (epoch E): T tokens/s, loss L`` after step 1 and every ``--log-every`` steps
+(examples/steplog.py).  The toy model's step cost grows with vocab x seq_len x batch (its output layer
+computes a logit per vocabulary entry for every token): with a 50k-token vocabulary, ``--seq-len 512
+--batch-size 8`` is 200M logits a step, tens of seconds on a CPU, while the loader alone gives hundreds of
+batches a second.  Use small ``--seq-len`` / ``--batch-size`` on CPU.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from steplog import StepLog, add_log_every
 
 from shardprep.errors import ShardprepError
 from shardprep.loader import ShardDataset, make_dataloader
@@ -52,10 +59,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", default="gloo", help="torch.distributed backend")
     p.add_argument("--total-tokens", type=float, default=None, help="the run's token budget (mixtures, or one "
                    "dataset read to a budget)")
+    add_log_every(p)
 
 
 class TinyLM(torch.nn.Module):
-    """Embedding -> one MLP -> vocabulary logits: enough to produce real gradients to all-reduce."""
+    """Embedding -> one MLP -> vocabulary logits: enough to produce real gradients to all-reduce.
+
+    The head dominates the cost: ``dim x vocab`` multiply-adds per token, so a step grows with
+    vocab x seq_len x batch (see the module docstring).
+    """
 
     def __init__(self, vocab: int, dim: int = 32):
         super().__init__()
@@ -147,6 +159,7 @@ def train(args: argparse.Namespace, ds: ShardDataset) -> None:
         Path(args.record).mkdir(parents=True, exist_ok=True)
         record = open(Path(args.record) / f"rank{rank}.jsonl", "a")
     steps_per_epoch = {}
+    log = StepLog(args.log_every, rank=rank, world=world)
     for epoch in range(start_epoch, args.epochs):
         loader.set_epoch(epoch)                          # keeps a resumed position within this epoch
         steps_here = 0
@@ -158,6 +171,7 @@ def train(args: argparse.Namespace, ds: ShardDataset) -> None:
             optim.step()
             step += 1
             steps_here += 1
+            log.step(step, epoch, batch["input_ids"].numel(), loss)
             if record is not None:
                 record.write(json.dumps(batch_record(batch, epoch, step, rank)) + "\n")
             if args.max_steps is not None and step >= args.max_steps:

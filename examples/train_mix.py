@@ -12,7 +12,9 @@ total_tokens=...)``.  Every source keeps its own seeded order; which source each
 the schedule, so the proportions hold in every window of rows, also after a resume on another number of
 ranks or workers.  The training loop is examples/train_ddp.py's (run from this directory, it imports it).
 Rank 0 prints each source's share, the tokens the run takes from it and the epochs that makes (``shardprep
-mix SPEC`` prints the same before a run).
+mix SPEC`` prints the same before a run), then ``step S (epoch E): T tokens/s, loss L`` every ``--log-every``
+steps; the toy model's step cost grows with vocab x seq_len x batch (examples/train_ddp.py), so keep
+``--seq-len`` and ``--batch-size`` small on CPU.
 """
 
 from __future__ import annotations

@@ -11,6 +11,9 @@ but not trained on ("unused").  examples/train_ddp.py with ``ShardDataset`` need
 
 ``--record DIR`` writes what every worker decoded and what every rank's batches held, as JSON lines
 (tests/test_wds_ddp.py checks that every document is read exactly once per epoch).
+
+Rank 0 prints ``step S (epoch E): T tokens/s, loss L`` after step 1 and every ``--log-every`` steps
+(examples/steplog.py); the toy model's step cost grows with vocab x seq_len x batch (examples/train_ddp.py).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 import webdataset as wds
+from steplog import StepLog, add_log_every
 
 import shardprep.wds as spw
 from shardprep.loader.index import load_index
@@ -40,6 +44,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--shardshuffle", type=int, default=0, help="webdataset shard shuffle buffer (0: off)")
     p.add_argument("--record", default=None, help="directory for JSON-lines records of what was read")
     p.add_argument("--backend", default="gloo", help="torch.distributed backend")
+    add_log_every(p)
     return p.parse_args()
 
 
@@ -85,6 +90,7 @@ def main() -> None:
     optim = torch.optim.AdamW(model.parameters(), lr=1e-3)
     records = open(Path(args.record) / f"batches-rank{rank}.jsonl", "a") if args.record else None
     summary = {"rank": rank, "steps": {}, "unused": {}}
+    log, step = StepLog(args.log_every, rank=rank, world=world), 0
     for epoch in range(args.epochs):
         recorder.epoch = epoch                     # workers start afresh each epoch and copy it
         batches = iter(loader)
@@ -106,6 +112,8 @@ def main() -> None:
             loss.backward()
             optim.step()
             steps += 1
+            step += 1
+            log.step(step, epoch, batch["input_ids"].numel(), loss)
             if records:
                 records.write(json.dumps(batch_record(batch, epoch, rank, trained=True)) + "\n")
         summary["steps"][epoch], summary["unused"][epoch] = steps, unused

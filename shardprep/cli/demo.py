@@ -3,7 +3,9 @@
 Generates a sample corpus (txt, jsonl, jsonl.gz), trains a small byte-level BPE tokenizer offline unless
 one is given, tokenizes with the local executor, finalizes, verifies, prints a summary and ends by writing
 the report page (``shardprep report``) and printing its path.  Needs no data
-and no network, so it is the first command to run on a new machine.
+and no network, so it is the first command to run on a new machine.  It needs only the core and the
+``[report]`` extra, which is all ``make demo`` installs (no torch): tests/test_r4_demo_deps.py runs it with
+the other extras' packages blocked.
 
 The demo shows the parallel job shardprep is about: one task (and shard) per generated file, run by a
 pool of workers, and samples of ``DEMO_CHUNK_TOKENS`` tokens, so the shards, the inspect output and the
