@@ -7,9 +7,13 @@ tests use them as well.  Everything is deterministic (seeded), so two runs give 
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import random
 from pathlib import Path
+
+from shardprep.storage.atomic import atomic_writer
+from shardprep.storage.nofollow import real_dir
 
 _WORDS = (
     "the of and to in is was for on that with as by at from his her an were which are this be has had not "
@@ -48,20 +52,23 @@ def sample_documents(n: int, seed: int = 0) -> list[str]:
 def write_sample_corpus(directory: str | Path, *, files: int = 6, docs_per_file: int = 400, seed: int = 0) -> Path:
     """Write a small mixed corpus: plain txt, jsonl, and gzip jsonl files of generated documents."""
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
+    real_dir(directory, parents=True)         # written atomically: never through a link planted in it
     for i in range(files):
         docs = sample_documents(docs_per_file, seed=seed * 1000 + i)
         kind = i % 3
         if kind == 0:
-            (directory / f"part-{i:03d}.txt").write_text("\n".join(docs) + "\n", encoding="utf-8")
+            name, data = f"part-{i:03d}.txt", ("\n".join(docs) + "\n").encode("utf-8")
         else:
             lines = "".join(json.dumps({"id": f"{i}-{j}", "text": d}, ensure_ascii=False) + "\n"
-                            for j, d in enumerate(docs))
-            if kind == 1:
-                (directory / f"part-{i:03d}.jsonl").write_text(lines, encoding="utf-8")
+                            for j, d in enumerate(docs)).encode("utf-8")
+            name, data = (f"part-{i:03d}.jsonl", lines) if kind == 1 else (f"part-{i:03d}.jsonl.gz", lines)
+        with atomic_writer(directory / name) as f:
+            if name.endswith(".gz"):    # exactly gzip.open(path, "wt")'s bytes: the corpus (and plan) stay pinned
+                with gzip.GzipFile(filename=str(directory / name), mode="wb", fileobj=f) as g, \
+                        io.TextIOWrapper(g, encoding="utf-8") as text:
+                    text.write(data.decode("utf-8"))
             else:
-                with gzip.open(directory / f"part-{i:03d}.jsonl.gz", "wt", encoding="utf-8") as f:
-                    f.write(lines)
+                f.write(data)
     return directory
 
 
@@ -81,5 +88,6 @@ def build_sample_tokenizer(path: str | Path, *, vocab_size: int = 2000, seed: in
     tok.train_from_iterator(sample_documents(3000, seed=seed) + list(_MULTILINGUAL), trainer=trainer)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tok.save(str(path))
+    with atomic_writer(path) as f:            # as tok.save writes it, but never through a planted link
+        f.write(tok.to_str(pretty=True).encode("utf-8"))
     return path

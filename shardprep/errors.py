@@ -64,6 +64,13 @@ class OutputInUseError(ShardprepError):
     exit_code = EXIT_PLAN_CONFLICT
 
 
+class PlantedLinkError(ShardprepError):
+    """A symbolic link (or a file where a directory belongs) at a name shardprep writes under its output
+    directory (``storage/nofollow.py``): refused, never followed, so nothing outside it is written."""
+
+    exit_code = EXIT_PLAN_CONFLICT
+
+
 class IncompleteError(ShardprepError):
     """Some tasks are missing or failed, or a shard does not verify."""
 

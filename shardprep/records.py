@@ -73,12 +73,14 @@ class Fields:
         raise RecordError(f"{self.where}: {what}: {message}")
 
     # -- scalars ------------------------------------------------------------------------------------
-    def version(self, key: str, supported: int, *, hint: str) -> int:
-        """The record's format version, checked before anything else (another version may differ in shape)."""
+    def version(self, key: str, supported: int | tuple[int, ...], *, hint: str) -> int:
+        """The record's format version, checked before anything else (another version may differ in shape);
+        ``supported``: the one version this shardprep reads, or every version it reads."""
+        readable = supported if isinstance(supported, tuple) else (supported,)
         v = self.obj.get(key)
-        if v != supported:
+        if type(v) is not int or v not in readable:
             raise RecordError(f"{self.where}: {key} {v!r} is not supported (this shardprep reads version "
-                              f"{supported})", hint=hint)
+                              f"{' or '.join(map(str, readable))})", hint=hint)
         return v
 
     def has(self, key: str) -> bool:

@@ -23,14 +23,14 @@ def run_cli(*args: str | os.PathLike, check: bool | int = True, env: dict | None
     return proc
 
 
-def write_slow_text(path: Path) -> Path:
+def write_slow_text(path: Path, repeats: int = 6) -> Path:
     """A ~7 MB text file (24,000 documents) whose task runs for seconds with ``--backend hf`` on one CPU:
-    long enough to interrupt it mid-write (kill, pre-timeout signal, Ctrl-C)."""
+    long enough to interrupt it mid-write (kill, pre-timeout signal, Ctrl-C).  ``repeats``: ~1.2 MB each."""
     from shardprep.demo_data import sample_documents
 
     docs = sample_documents(4000, seed=11)
     with open(path, "w") as f:
-        for rep in range(6):
+        for rep in range(repeats):
             f.write("\n".join(f"{rep} {t}" for t in docs) + "\n")
     return path
 

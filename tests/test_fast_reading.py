@@ -30,7 +30,8 @@ from shardprep.job.options import TokenizeOptions
 
 TXT_PIECES = [b"hello world", b"plain text here", b"", b" ", b"\t", "\u3000".encode(), "\xa0 ".encode(), b"\r",
               b"abc\r", b"abc\r\r", b"a\x00b", b"\xff\xfe", b"\xed\xa0\x80", b"caf\xc3", b"x" * 50, b"\x1c",
-              "\x85".encode(), b" \r ", "Ünïcödé ✓".encode(), b"e100 +123 1e999"]
+              "\x85".encode(), b" \r ", "Ünïcödé ✓".encode(), b"e100 +123 1e999",
+              "\ufeffmid-file BOM".encode(), "\ufeff".encode()]
 JSON_PIECES = [b'{"text": "hello", "id": 5}', b'{"text": ""}', b'{"text": "   "}', b'{"text": null}', b'{"other": 1}',
                b'{"text": 5}', b"[1,2]", b'"str"', b'{"text": "a", "x": 1e999}', b'{"text": "a", "x": 1e10}',
                b'{"text": "b", "n": 123456789012345678901234567890}', b'{"text": "a"} {"text": "b"}',
@@ -39,7 +40,8 @@ JSON_PIECES = [b'{"text": "hello", "id": 5}', b'{"text": ""}', b'{"text": "   "}
                b'{"c":2}]}', b'{"text":"x"},{"text":"y"}', b'{"text": "\\ud800"}', b'{"text": "q"}\r',
                b'{"text": "' + b"z" * 60 + b'"}', b'\x00{"text": "nul"}', b'{"text": "digits 12345 e+100"}',
                b'{"text":"a"}{"text":"b"}', b'{"a":{"b":1}', b'{"c":2}}', b' {"text": "lead"}', b'{"text": "end"} ',
-               b'{"text": "}"', b'"}"}']
+               b'{"text": "}"', b'"}"}',
+               b'\xef\xbb\xbf{"text": "BOM mid-file"}', b'{"text": "\xef\xbb\xbfinner BOM", "n": -2e308}']
 
 
 def test_whitespace_is_pythons():
@@ -81,6 +83,8 @@ def test_fast_path_reads_exactly_what_the_per_line_policy_reads(tmp_path_factory
                                                                 newline_at_end, limit, strict, block):
     lines = data.draw(st.lists(_json_line if kind == "jsonl" else _txt_line, max_size=40))
     body = b"\n".join(lines) + (b"\n" if newline_at_end and lines else b"")
+    if data.draw(st.booleans()):            # a BOM at byte 0 (dropped), as well as the ones inside (text)
+        body = b"\xef\xbb\xbf" + body
     suffix = "jsonl" if kind == "jsonl" else "txt"
     path = _write(tmp_path_factory.mktemp("hostile") / f"in.{suffix}{'.' + compression if compression else ''}",
                   body, compression)

@@ -68,10 +68,12 @@ CASES = {
 # Issue 23 deliberately re-pinned every job.json, and only job.json: it ends in a ``seal`` (the digests of
 # the header sections a hand edit must not change unnoticed); shards, sidecars, index.json and plan/ are
 # unchanged.
+# Issue 31 deliberately re-pinned every job.json, and only job.json: plan format 3 (``"format_version": 3``,
+# sealed), so a plan that lost its seal is refused instead of read as one written before the seal.
 PINS: dict[str, dict[str, str]] = {
     'cl100k-doc-u32': {
         'index.json': 'f2080dc6e7871b3818bd18f4e18e80dd951501f4a2f79db90058440e338a241e',
-        'job.json': 'be3c014c3a58d4355448fb7690c2a6541ccce8d2795ae73b7554f613b8d10c59',
+        'job.json': '2d9c5a5eb61b1d7a6345f724ab4b17d0cad6499b877120a515efa89bf47a4d70',
         'plan/tasks.idx': 'cbc58fdc6b8764604ef8386bef81b9a9b1aef04492f756974e74e4f05ab8741f',
         'plan/tasks.jsonl': '52d7e7da22206f83ae904b109471d401b601688e8b14262af4bbd253703872e3',
         'shard-00000.json': 'df423cf2d82a3dfeb4728f99d29d328339aa4910056ee41fd2aec3abfc2ba50c',
@@ -94,7 +96,7 @@ PINS: dict[str, dict[str, str]] = {
     },
     'demo-doc-bos': {
         'index.json': 'f8a63d9c6191ca3de75fda8233f617eb29f0524bf638f08f569edce1d65bd926',
-        'job.json': '019a6d6ef98ac040822e6431a86ea539f013e065e3abc8c19ba6df4a55effb96',
+        'job.json': '283e7645491235cd2c378a9f44e7fb933444459b3d7bb61ba8cee2082bfbf148',
         'plan/tasks.idx': 'cbc58fdc6b8764604ef8386bef81b9a9b1aef04492f756974e74e4f05ab8741f',
         'plan/tasks.jsonl': '52d7e7da22206f83ae904b109471d401b601688e8b14262af4bbd253703872e3',
         'shard-00000.json': 'd512d23469fd7e81180def66548c384c6257a02b2193c48d0c5e9b0b362db78b',
@@ -117,7 +119,7 @@ PINS: dict[str, dict[str, str]] = {
     },
     'demo-pack': {
         'index.json': '5329778b06f0fbbbf6ec627b4429cbf25d3c0457d7ee82e5c70d7f4b6c6bfbc8',
-        'job.json': '16c4de039661a3aad5ec56cb1c4a0c78021e4ea2db169d4253b77945e33d6ee4',
+        'job.json': '65240adc22ff7d4504ce17b55087f7712cb9f716e61e1cb7d3c7a6a63b7697d3',
         'plan/tasks.idx': '674598082f7ae0afa0c2c37bc4b0fc46a0e98a3fbbfcd0e217b38bb2d06b5f1f',
         'plan/tasks.jsonl': 'b3053c70a3ad731dc0be176fd0f151e25e7384721b894d0b738fa15c5a79512f',
         'shard-00000.json': '2489715ad2292d2b5927c5e76ac115a821a1723579010ac57f1d20b561b976ee',
@@ -158,7 +160,7 @@ PINS: dict[str, dict[str, str]] = {
     },
     'gpt2-pack': {
         'index.json': 'b1a2e7aba53f732348b98d1a2d86b0343c55092004e780eb2c90ab09881a2e05',
-        'job.json': 'db4165a182a2adca8d9cf0fc5231924a2e2597c4dda9d560a4ed84f2f7d6a995',
+        'job.json': '1a820f6e575fa1a9cf563bb4b8b89a4d980a73e953cbde9d56cf84b8bc6041ff',
         'plan/tasks.idx': '5dc47f9870c55dfbab74247f1002b3d6ab248247fb6a1c4905da7490ce105f3b',
         'plan/tasks.jsonl': '8dc3c5a8ca651dbafa771bfcfebac1309f8df4147f65cbc49fb98a3c37bae754',
         'shard-00000.json': '7497956c22f9d3b27ab57f8711e890dd916455282544c1fe9a1d1e11de6bcf85',

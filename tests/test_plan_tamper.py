@@ -80,8 +80,8 @@ def test_edited_task_count_is_refused_by_finalize(planned_job, tmp_path):
     _edit(out, lambda d: d["summary"].update(tasks=2))
     proc = run_cli("finalize", out, check=EXIT_INPUT)
     assert f"{out / 'job.json'}: 'summary' changed since planning" in proc.stderr
-    # an older job.json, written before the seal: the plan's own table still tells the truth
-    _edit(out, lambda d: d.pop("seal"))
+    # an older job.json, written before the seal (plan format 2): the plan's own table still tells the truth
+    _edit(out, lambda d: (d.pop("seal"), d.update(format_version=2)))
     proc = run_cli("finalize", out, check=EXIT_INPUT)
     assert (f"{out / 'job.json'}: field 'summary.tasks' is 2 but the plan ({out / 'plan' / 'tasks.idx'}) holds 6 "
             f"tasks: job.json was edited after planning") in proc.stderr

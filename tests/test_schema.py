@@ -116,8 +116,8 @@ def test_index_errors_name_the_shard_entry(copy_of):
 
 
 def test_options_missing_from_an_older_job_take_their_defaults(copy_of):
-    # an older job.json: written before that option existed, and before the seal (issue 23)
-    _edit(copy_of / "job.json", lambda d: (d["options"].pop("max_doc_bytes"), d.pop("seal")))
+    # an older job.json: written before that option existed, and before the seal (issue 23; plan format 2)
+    _edit(copy_of / "job.json", lambda d: (d["options"].pop("max_doc_bytes"), d.pop("seal"), d.update(format_version=2)))
     assert load_job(copy_of).options.max_doc_bytes == TokenizeOptions().max_doc_bytes
 
 

@@ -15,7 +15,7 @@ from helpers import run_cli
 from s3_server import FaultProxy, aws_env, make_bucket, s3_client
 
 from shardprep.demo_data import sample_documents
-from shardprep.errors import EXIT_TRANSFER
+from shardprep.errors import EXIT_INCOMPLETE, EXIT_TRANSFER
 
 pytestmark = pytest.mark.s3
 MIB = 1 << 20
@@ -47,10 +47,16 @@ def test_shard_that_differs_from_its_sidecar_is_not_uploaded(tmp_path, s3_endpoi
     data[len(data) // 2] ^= 0x01                        # a flipped bit, same size
     shard.write_bytes(bytes(data))
 
-    r = run_cli("upload", out, f"s3://{bucket}/shards/", "--endpoint-url", s3_endpoint, check=EXIT_TRANSFER,
+    # a finalized dataset is verified before anything is sent (issue 31 item 4): refused as verify refuses it
+    r = run_cli("upload", out, f"s3://{bucket}/shards/", "--endpoint-url", s3_endpoint, check=EXIT_INCOMPLETE,
                 env=aws_env())
+    assert f"{out} does not verify (1 bad shard(s): shard-00001.tar: sha256 differs from index" in r.stderr
+    assert "nothing was uploaded" in r.stderr
+    assert _keys(s3_endpoint, bucket) == set()
+    # outside a dataset (no index.json going up) the shard is still held to its sidecar's sha256
+    r = run_cli("upload", out, f"s3://{bucket}/shards/", "--endpoint-url", s3_endpoint, "--exclude", "index.json",
+                check=EXIT_TRANSFER, env=aws_env())
     assert f"sha256 of {shard} differs from its sidecar shard-00001.json" in r.stderr
-    assert "failed: shards/index.json: not uploaded" in r.stderr
     keys = _keys(s3_endpoint, bucket)
     assert "shards/shard-00000.tar" in keys and "shards/shard-00001.tar" not in keys
     assert "shards/index.json" not in keys

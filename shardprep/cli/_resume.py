@@ -23,7 +23,7 @@ from shardprep.cli.plan import add_plan_arguments, add_small_tasks_argument
 from shardprep.errors import ConfigError, PlanConflictError
 from shardprep.job.schema import Job
 
-_NOT_PLAN_OPTIONS = ("input", "output", "tokenizer", "overwrite", "force_small_tasks")
+_NOT_PLAN_OPTIONS = ("output", "overwrite", "force_small_tasks")
 
 
 class _Untyped(list):
@@ -58,6 +58,24 @@ def _flag(action: argparse.Action, value: Any) -> str:
     return f"{flag} {size_text(value) if action.type is size_arg else value}"
 
 
+def _plan_has(action: argparse.Action, frozen: dict[str, Any]) -> str:
+    """What the frozen plan has instead of the typed ``action``: a flag it was made without is named so
+    (``--strict`` typed, a plan without it), never as if the plan had it."""
+    if action.dest not in frozen:
+        return "the output directory and its plan exist already"
+    value = frozen[action.dest]
+    if value is None:
+        return "the plan has none"
+    if action.nargs == 0 and not isinstance(action, argparse.BooleanOptionalAction) and not value:
+        return f"the plan was made without {_flag(action, True)}"
+    return f"the plan has {_flag(action, value)}"
+
+
+def _same_tokenizer(typed: str, source: str) -> bool:
+    """``--tokenizer`` typed as the plan's own (the same text, or the same file): harmless with --resume."""
+    return typed == source or Path(typed).resolve() == Path(source).resolve()
+
+
 def _frozen_values(job: Job) -> dict[str, Any]:
     """The plan options a frozen plan records, by argparse dest."""
     return {**job.options.to_dict(), "target_task_bytes": job.target_task_bytes,
@@ -70,22 +88,39 @@ def refuse_unapplied_options(args: argparse.Namespace, output: Path, job: Job) -
         raise ConfigError(f"--resume {output} continues the frozen plan and --overwrite replaces it: give one",
                           hint="to re-plan with other options, run the submit command without --resume")
     typed = typed_plan_options(getattr(args, "typed_argv", None) or [])
+    ignored = _unapplied(typed, job)
+    if ignored:
+        inputs = " ".join(f"--input {v}" for v in typed.get("input") or ["INPUTS"])
+        flags = " ".join(f for dest, f, _ in ignored if dest not in ("input", "tokenizer"))
+        raise ConfigError(
+            f"--resume {output} reruns its frozen plan as it is and would not apply "
+            + ", ".join(f"{f} ({why})" for _, f, why in ignored),
+            hint=f"drop them to resume, or re-plan with them: shardprep submit {inputs} --tokenizer "
+                 f"{typed.get('tokenizer') or job.tokenizer.source} --output {output} {flags} --overwrite "
+                 f"(this deletes the job's shards)".replace("  ", " "))
+
+
+def _unapplied(typed: dict[str, Any], job: Job) -> list[tuple[str, str, str]]:
+    """(dest, the option as typed, what the plan has instead) of each typed option the plan would not apply.
+
+    A lone ``--input``/``-i`` or ``--tokenizer``/``-t`` (without the other, it is no whole command line to
+    check against the plan) is judged here like any plan option: a tokenizer naming the plan's own is harmless.
+    """
     frozen = _frozen_values(job)
     actions = {a.dest: a for a in _plan_parser()._actions}
-    ignored: list[tuple[str, str]] = []        # (the option as typed, what the plan has instead)
+    ignored: list[tuple[str, str, str]] = []
     for dest, value in typed.items():
         if dest in _NOT_PLAN_OPTIONS or frozen.get(dest, object()) == value:
             continue
-        why = ("the output directory and its plan exist already" if dest not in frozen else
-               "the plan has none" if frozen[dest] is None else f"the plan has {_flag(actions[dest], frozen[dest])}")
-        ignored.append((_flag(actions[dest], value), why))
-    if ignored:
-        flags = " ".join(f for f, _ in ignored)
-        raise ConfigError(
-            f"--resume {output} reruns its frozen plan as it is and would not apply "
-            + ", ".join(f"{f} ({why})" for f, why in ignored),
-            hint=f"drop them to resume, or re-plan with them: shardprep submit --input INPUTS --tokenizer "
-                 f"{job.tokenizer.source} --output {output} {flags} --overwrite (this deletes the job's shards)")
+        if dest == "input":
+            ignored.append((dest, " ".join(f"--input {v}" for v in value), "its inputs are frozen; --input "
+                            "with --tokenizer is a whole command line, checked against the plan"))
+        elif dest == "tokenizer":
+            if not _same_tokenizer(value, job.tokenizer.source):
+                ignored.append((dest, f"--tokenizer {value}", f"the plan has --tokenizer {job.tokenizer.source}"))
+        else:
+            ignored.append((dest, _flag(actions[dest], value), _plan_has(actions[dest], frozen)))
+    return ignored
 
 
 def replan_conflict(error: PlanConflictError, output: Path) -> PlanConflictError:

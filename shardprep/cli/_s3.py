@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def add_s3_arguments(p: argparse.ArgumentParser) -> None:
-    """``--endpoint-url``, ``--profile``, ``--region`` and ``--max-attempts`` as their own help group."""
+    """``--endpoint-url``, ``--profile``, ``--region``, ``--max-attempts`` and the timeouts as their own help group."""
     g = p.add_argument_group("S3 connection (credentials come from the standard AWS chain only)")
     add_field(g, "--endpoint-url", owner=ClientOptions,
               help="S3-compatible endpoint, e.g. http://127.0.0.1:9000; unset means AWS")
@@ -28,6 +28,11 @@ def add_s3_arguments(p: argparse.ArgumentParser) -> None:
     add_field(g, "--region", owner=ClientOptions, help="AWS region; unset means the profile's or AWS_REGION")
     add_field(g, "--max-attempts", owner=ClientOptions, type=int,
               help="attempts per request, retries with backoff in botocore's standard mode")
+    add_field(g, "--connect-timeout", owner=ClientOptions, type=float, metavar="SECONDS",
+              help="give up connecting to the endpoint after this long, per attempt")
+    add_field(g, "--read-timeout", owner=ClientOptions, type=float, metavar="SECONDS",
+              help="give up waiting for the endpoint's answer after this long, per attempt (a request fails "
+                   "after --max-attempts such waits; a listing says which endpoint it waits for after 5 s)")
 
 
 def client_options_from_args(args: argparse.Namespace, **overrides: Any) -> ClientOptions:
@@ -53,7 +58,7 @@ def refuse_other_storage(args: argparse.Namespace, planned: StorageOptions | Non
     def typed(options: ClientOptions, name: str) -> str:
         return f"--{name.replace('_', '-')} {getattr(options, name)}"
 
-    names = ("endpoint_url", "profile", "region", "max_attempts")
+    names = ("endpoint_url", "profile", "region", "max_attempts", "connect_timeout", "read_timeout")
     differ = [typed(given, n) for n in names if getattr(given, n) not in (getattr(default, n), getattr(frozen, n))]
     if differ:
         recorded = ", ".join(typed(frozen, n) for n in names if getattr(frozen, n) != getattr(default, n))

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from shardprep.cli._s3 import add_s3_arguments, storage_from_args
 from shardprep.cli.args import add_field
 from shardprep.executor import EXECUTORS
-from shardprep.job.options import TokenizeOptions
+from shardprep.job.options import TXT_MODES, TokenizeOptions
 
 if TYPE_CHECKING:  # pragma: no cover
     from shardprep.doctor.checks import Report
@@ -35,6 +35,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the job's inputs (as for submit; repeatable): checked, sampled for speed, and used to "
                         "estimate the output size")
     add_field(p, "--text-field", owner=TokenizeOptions, help="jsonl key / parquet or arrow column holding the text")
+    add_field(p, "--txt-mode", owner=TokenizeOptions, choices=TXT_MODES,
+              help="txt inputs: one document per line, or blank-line separated paragraphs (as for submit; "
+                   "txt inputs that look like paragraphs under line are a warning)")
     p.add_argument("--executor", choices=EXECUTORS, default=None,
                    help="the executor you will use; with slurm or submitit a missing or unreachable Slurm is a "
                         "failure, otherwise a warning")
@@ -62,9 +65,25 @@ def run(args: argparse.Namespace) -> int:
     environ = dict(os.environ)     # what the user has set, before the speed test pins one thread
     set_tokenizer_threads(1)
     report = run_doctor(args.tokenizer, args.output, args.input, text_field=args.text_field,
-                        executor=args.executor, environ=environ, storage=storage_from_args(args))
+                        executor=args.executor, environ=environ, storage=storage_from_args(args),
+                        txt_mode=args.txt_mode, task_slots=_task_slots(args))
     if args.json:
         sys.stdout.write(orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
         _print_text(report)
     return report.exit_code
+
+
+def _task_slots(args: argparse.Namespace) -> tuple[int, str] | None:
+    """The task slots ``submit --executor NAME`` sizes its tasks by (that executor with its default options:
+    the Slurm partition's CPUs over the default --cpus-per-task); None without --executor or when it cannot
+    be built here (a missing extra is the slurm check's to report)."""
+    if args.executor is None:
+        return None
+    from shardprep.cli.submit import executor_for
+    from shardprep.errors import ShardprepError
+
+    try:
+        return executor_for(args).task_slots()
+    except ShardprepError:
+        return None

@@ -15,7 +15,7 @@ import numpy as np
 
 from shardprep.cli._s3 import add_s3_arguments, storage_from_args
 from shardprep.cli.args import count_arg
-from shardprep.errors import InputDataError, ShardprepError, TokenizerError
+from shardprep.errors import IncompleteError, InputDataError, ShardprepError, TokenizerError
 from shardprep.shard.format import TOKENIZER_FILE
 from shardprep.shard.reader import read_chunk, split_docs, walk_tar
 from shardprep.shard.sidecar import Sidecar
@@ -47,12 +47,13 @@ def run(args: argparse.Namespace) -> int:
     if size is None:
         raise InputDataError(f"shard {shard} does not exist")
     decoder = _decoder(store, parent, args.tokenizer) if args.decode else None
+    ids = IdCheck(shard, decoder)
     sidecar = _sidecar(store, shard)
     if sidecar is None:       # the tar itself, read front to back (the whole shard)
-        samples, n_docs, n_tokens, docs = _walk(store, shard, size, args.decode)
+        samples, n_docs, n_tokens, docs = _walk(store, shard, size, args.decode, ids)
         print(f"{shard}: {size:,} bytes, {samples} sample(s), {n_docs:,} documents, {n_tokens:,} tokens")
     else:                     # the sidecar, and only the byte ranges of the documents decoded
-        docs = _first_documents(store, shard, sidecar, args.decode)
+        docs = _first_documents(store, shard, sidecar, args.decode, ids)
         print(f"{shard}: {sidecar.bytes:,} bytes, {sidecar.samples} sample(s), {sidecar.documents:,} documents, "
               f"{sidecar.tokens:,} tokens")
         print_sidecar(sidecar, sidecar.bytes, sidecar.tokens)
@@ -70,19 +71,43 @@ def _sidecar(store: Store, shard: str) -> Sidecar | None:
         return None
 
 
-def _first_documents(store: Store, shard: str, sidecar: Sidecar, n: int) -> list[np.ndarray]:
-    """The first ``n`` documents, each sample read with the chunk table's ranged reads."""
+class IdCheck:
+    """The loader's token id check (``loader.reader.check_token_ids``) on every sample whose documents are
+    decoded, against the vocabulary of the tokenizer decoding them.
+
+    Why: ``tokenizers`` decodes an id past its vocabulary as nothing, so a corrupt shard (a flipped byte)
+    used to print as clean text.  Such a shard is refused as ``verify`` refuses it: one line naming the
+    shard, the sample and the id, exit 5."""
+
+    def __init__(self, shard: str, decoder: Any):
+        self.shard = shard
+        vocab = decoder.get_vocab(with_added_tokens=True) if decoder is not None else None
+        self.vocab_size = max(vocab.values()) + 1 if vocab else None     # as tokenizer.load counts it
+
+    def __call__(self, tokens: np.ndarray, key: str) -> None:
+        from shardprep.loader.reader import check_token_ids
+
+        try:
+            check_token_ids(tokens, self.vocab_size, self.shard, key)
+        except InputDataError as e:
+            raise IncompleteError(e.args[0], hint=e.hint) from None
+
+
+def _first_documents(store: Store, shard: str, sidecar: Sidecar, n: int, ids: IdCheck) -> list[np.ndarray]:
+    """The first ``n`` documents, each sample read with the chunk table's ranged reads (and its ids checked)."""
     docs: list[np.ndarray] = []
     if n:
         with contextlib.closing(store.open(shard)) as src:
             for chunk in sidecar.chunks.chunks():
                 if len(docs) >= n:
                     break
-                docs.extend(split_docs(*read_chunk(src, chunk, sidecar.dtype))[: n - len(docs)])
+                tokens, lens = read_chunk(src, chunk, sidecar.dtype)
+                ids(tokens, chunk.key)
+                docs.extend(split_docs(tokens, lens)[: n - len(docs)])
     return docs
 
 
-def _walk(store: Store, shard: str, size: int, n: int) -> tuple[int, int, int, list[np.ndarray]]:
+def _walk(store: Store, shard: str, size: int, n: int, ids: IdCheck) -> tuple[int, int, int, list[np.ndarray]]:
     """(samples, documents, tokens, the first ``n`` documents) of a shard without a sidecar: its tar walked."""
     docs: list[np.ndarray] = []
     samples = n_docs = n_tokens = 0
@@ -93,6 +118,7 @@ def _walk(store: Store, shard: str, size: int, n: int) -> tuple[int, int, int, l
                 n_docs += int(s.lengths.size)
                 n_tokens += int(s.tokens.size)
                 if len(docs) < n:
+                    ids(s.tokens, s.key)
                     docs.extend(s.documents()[: n - len(docs)])
     except ShardprepError:
         raise

@@ -14,11 +14,12 @@ import importlib
 import logging
 import signal
 import sys
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 from shardprep import __version__
-from shardprep.errors import EXIT_INTERRUPTED, ShardprepError
+from shardprep.errors import EXIT_INTERRUPTED, EXIT_USAGE, ShardprepError
 from shardprep.job.resources import no_blas_threads
+from shardprep.logsafe import protect, redact
 from shardprep.records import FS_BYTES
 
 # Module names under shardprep.cli, in the order `shardprep --help` lists them.
@@ -58,6 +59,18 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
         return text if quiet else f"{text} (default: %(default)s)"
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, whose usage errors are one line and a pointer to ``--help``.
+
+    Why: ``--executor slrum`` printed the whole usage (25 lines for ``submit``) before the one line that
+    names the valid choices; the usage is one ``--help`` away.  Subcommand parsers are of this class too
+    (``add_subparsers`` uses the parent's class).
+    """
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n  see `{self.prog} --help`\n")
+
+
 def command_module(argv: Sequence[str]) -> str | None:
     """The module of the command ``argv`` names (its first non-option word), if it is one of ours.
 
@@ -72,7 +85,7 @@ def command_module(argv: Sequence[str]) -> str | None:
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The whole command line, or with ``only`` just that command's module imported and wired up."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="shardprep",
         description="Tokenize raw text into WebDataset shards with a Slurm job array, and load them for DDP.",
         formatter_class=HelpFormatter,
@@ -109,10 +122,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    # -v is shardprep's debug, never botocore's request dumps (credentials) or its INFO chatter (logsafe.py)
+    protect(logging.getLogger().handlers)
     try:
         return int(args._run(args) or 0)
     except ShardprepError as e:
-        print(f"shardprep {args.command}: error: {e}", file=sys.stderr)
+        print(f"shardprep {args.command}: error: {redact(str(e))}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
         print(f"shardprep {args.command}: interrupted", file=sys.stderr)

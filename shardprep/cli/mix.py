@@ -26,8 +26,10 @@ def token_count(text: str) -> int:
         value = float(raw[:-1] if scale > 1 else raw) * scale
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a token count (e.g. 1000000, 1e9, 500M, 2B, 1T)") from None
-    if value < 1 or value != int(value):
-        raise argparse.ArgumentTypeError(f"{text!r}: a token count is a whole number >= 1")
+    from shardprep.loader.mixture import MAX_TOKENS  # (a run's positions are int64)
+
+    if not 1 <= value <= MAX_TOKENS or value != int(value):    # (inf too: 1e400 used to end in a traceback)
+        raise argparse.ArgumentTypeError(f"{text!r}: a token count is a whole number from 1 to {MAX_TOKENS:.3g}")
     return int(value)
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from shardprep.cli._s3 import add_s3_arguments
 from shardprep.errors import EXIT_INCOMPLETE, ConfigError
 from shardprep.executor.slurm.state import as_json, collect, format_view
-from shardprep.job.advice import rerun_advice, resume_command
+from shardprep.job.advice import interrupted_advice, rerun_advice, resume_command, stopped_on_signal
 from shardprep.job.logs import TAIL_BYTES, TaskLog, read_task_logs
 from shardprep.job.progress import JobProgress, activity, estimate, planned_input_bytes
 from shardprep.job.schema import Job
@@ -41,8 +41,9 @@ def job_progress(output: Path, job: Job, state: JobState, slurm: dict | None, no
 def progress_lines(p: JobProgress) -> list[str]:
     """Work done, wall time, throughput so far and the ETA, for people."""
     share = f"{p.work_done:.1%}" if p.work_done is not None else "?"
-    lines = [f"  progress: {share} of the planned input ({human_bytes(p.done_bytes)} of {human_bytes(p.input_bytes)})"
-             + (f", {duration(p.elapsed_s)} since the first task started" if p.elapsed_s is not None else "")]
+    so_far = f", {human_bytes(p.running_bytes)} of it read by running tasks" if p.running_bytes else ""
+    lines = [f"  progress: {share} of the planned input ({human_bytes(p.work_bytes)} of {human_bytes(p.input_bytes)}"
+             f"{so_far})" + (f", {duration(p.elapsed_s)} since the first task started" if p.elapsed_s is not None else "")]
     if p.elapsed_s:
         at_once = f", {p.parallelism:.1f} task(s) at once" if p.parallelism else ""
         speed = f"{human_bytes(p.input_bytes_per_s)}/s input, " if p.input_bytes_per_s is not None else ""
@@ -65,9 +66,18 @@ def why_missing(state: JobState, logs: dict[int, TaskLog], shown: int = MISSING_
         if problem == "no sidecar":
             if log is None or log.status != "failed":
                 continue
-            problem = f"failed: {log.reason}"
+            problem = f"{'stopped' if stopped_on_signal(log.reason) else 'failed'}: {log.reason}"
         lines.append(f"task {t}: {problem}")
     return lines[:shown] + ([f"(+{len(lines) - shown} more)"] if len(lines) > shown else [])
+
+
+def next_step(output: Path, missing: list[TaskLog]) -> str:
+    """What to run for the tasks not done (``missing``: the logs of those that have one): fix a failure
+    first; a run that was only interrupted (its tasks stopped on a signal) just continues."""
+    failed = [lg for lg in missing if lg.status == "failed"]
+    if any(not stopped_on_signal(lg.reason) for lg in failed):
+        return rerun_advice(output)
+    return interrupted_advice(output) if failed else f"`{resume_command(output)}` runs the tasks not done"
 
 
 def index_line(output: Path, state: JobState, finalized: bool, slurm: dict | None) -> str:
@@ -121,6 +131,5 @@ def run(args: argparse.Namespace) -> int:
         for line in format_view(output, view) if view else []:
             print(line)
         if state.missing and not view and not progress.running:    # (the Slurm view has its own next step)
-            failed = any(logs[t].status == "failed" for t in state.missing if t in logs)
-            print(f"  next: {rerun_advice(output) if failed else f'`{resume_command(output)}` runs the tasks not done'}")
+            print(f"  next: {next_step(output, [logs[t] for t in state.missing if t in logs])}")
     return 0 if state.complete else EXIT_INCOMPLETE

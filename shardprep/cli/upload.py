@@ -26,9 +26,14 @@ holds shard files that are not this upload's) is refused; --replace replaces it:
 deleted before anything is uploaded, its leftover files (shardprep's names the filters select) after the
 new index.json is up, so readers never see an index.json naming another dataset's shards.
 
+A shardprep dataset (SRC_DIR's index.json, when it is uploaded) goes up only when it verifies, checked first
+as `shardprep verify` checks it: index.json against itself and job.json, every shard re-hashed and read
+against index.json and its sidecar.  One that does not is refused before anything is sent.
+
 Exit codes: 0 all uploaded; 2 bad option; 3 SRC_DIR missing or empty; 4 the prefix holds another dataset
-(no --replace); 7 some uploads failed, a shard differs from its sidecar's sha256, or a file changed while
-it was uploaded (that object is deleted again).
+(no --replace); 5 the dataset does not verify (nothing uploaded: `shardprep repair SRC_DIR` first); 7 some
+uploads failed, a shard outside a dataset differs from its sidecar's sha256, or a file changed after it was
+verified or while it was uploaded (that object is deleted again).
 """
 
 

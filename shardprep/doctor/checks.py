@@ -37,11 +37,12 @@ from shardprep.doctor.machine import (
     check_versions,
     check_write_permission,
 )
+from shardprep.doctor.shape import paragraph_inputs, submit_sizing
 from shardprep.errors import EXIT_INPUT, EXIT_OK, EXIT_TOKENIZER, ShardprepError
 from shardprep.inputs.planned import OpenInput, parquet_file
 from shardprep.inputs.remote import in_parallel
 from shardprep.job.resources import usable_cpus
-from shardprep.job.sizing import auto_sizing
+from shardprep.job.sizing import describe
 from shardprep.storage.local import existing_ancestor
 from shardprep.storage.locations import StorageOptions, default_storage, is_url
 from shardprep.units import human_bytes
@@ -83,6 +84,9 @@ class Context:
     bytes_per_token: float | None = None
     doc_bytes: float | None = None
     input_warnings: list[str] = field(default_factory=list)   # sampled inputs that look binary (inputs.health)
+    txt_mode: str = "line"
+    task_slots: tuple[int, str] | None = None   # the executor's (submit's sizing divides by them); None: CPUs here
+    n_tasks: int | None = None                  # the tasks submit would plan (doctor.shape)
 
 
 @dataclass
@@ -165,7 +169,7 @@ def _read_sample(ctx: Context) -> dict:
     from shardprep.inputs.readers import SkipLog, WorkItem, iter_documents
     from shardprep.job.options import TokenizeOptions
 
-    opts = TokenizeOptions(text_field=ctx.text_field)
+    opts = TokenizeOptions(text_field=ctx.text_field, txt_mode=ctx.txt_mode)
     skips = SkipLog()
     chars = 0
     for i, inp in enumerate(ctx.found):
@@ -216,14 +220,14 @@ def check_input(ctx: Context) -> Check:
         key = inp.format + (f".{inp.compression}" if inp.compression else "")
         formats[key] = formats.get(key, 0) + 1
     total = sum(i.size for i in ctx.found)
-    sizing = auto_sizing(ctx.found, usable_cpus(), "this machine's CPUs", None)
+    sizing, ctx.n_tasks = submit_sizing(ctx.found, ctx.resolved, ctx.text_field, ctx.txt_mode, ctx.task_slots,
+                                        ctx.output)
     details = {"skipped": False, "files": len(ctx.found), "bytes": total,
                "estimated_text_bytes": ctx.text_bytes, "formats": formats, "tasks_one_per_file": len(ctx.found),
-               "default_target_task_bytes": sizing.target_task_bytes,
+               "default_target_task_bytes": sizing.target_task_bytes, "default_tasks": ctx.n_tasks,
                "sample_documents": len(ctx.sample), "sample_skips": skipped}
     msg = (f"{len(ctx.found):,} file(s), {human_bytes(total)} ({', '.join(f'{n} {k}' for k, n in formats.items())}); "
-           f"default sizing: about {human_bytes(sizing.target_task_bytes or 0)} per task here "
-           f"(`plan` prints the exact tasks; --one-file-per-task: {len(ctx.found):,}){remote}")
+           f"submit's {describe(sizing, ctx.n_tasks)} (--one-file-per-task: {len(ctx.found):,}){remote}")
     if ctx.sample:
         ctx.sample_source = f"the first documents of {ctx.found[0].path}"
     if ctx.input_warnings:
@@ -237,6 +241,12 @@ def check_input(ctx: Context) -> Check:
                      f"split, so each is one long task (e.g. {big[0]})",
                      "recompress into smaller files, or store them uncompressed so --target-task-bytes can split "
                      "them", details, EXIT_INPUT)
+    paragraphs = paragraph_inputs(ctx.found, ctx.txt_mode)
+    if paragraphs:
+        details["paragraph_inputs"] = paragraphs
+        return Check("input", WARN, msg + f"; {paragraphs[0]} looks like paragraphs separated by blank lines: "
+                     "--txt-mode paragraph?", "--txt-mode line (the default) makes every line a document; give "
+                     "--txt-mode paragraph to keep each paragraph whole", details, EXIT_INPUT)
     return Check("input", OK, msg, None, details, EXIT_INPUT)
 
 
@@ -344,15 +354,13 @@ def check_free_space(ctx: Context) -> Check:
 
 
 def _machine_checks(ctx: Context) -> list[Callable[[], Check]]:
-    from shardprep.job.resources import usable_cpus
-
     return [
         lambda: check_cpus(ctx.environ),
         lambda: check_memory(usable_cpus()),
         lambda: check_filesystem(ctx.output),
         lambda: check_free_space(ctx),
         lambda: check_write_permission(ctx.output),
-        lambda: check_slurm(ctx.executor, len(ctx.found) or None),
+        lambda: check_slurm(ctx.executor, ctx.n_tasks),
         lambda: check_environment(ctx.environ),
         lambda: check_versions(),
     ]
@@ -360,17 +368,18 @@ def _machine_checks(ctx: Context) -> list[Callable[[], Check]]:
 
 def run_doctor(tokenizer: str, output: str | Path, inputs: Sequence[str] = (), *, text_field: str = "text",
                executor: str | None = None, environ: Mapping[str, str] | None = None,
-               storage: StorageOptions | None = None) -> Report:
+               storage: StorageOptions | None = None, txt_mode: str = "line",
+               task_slots: tuple[int, str] | None = None) -> Report:
     """Run every check in order and return the report (never raises for what it finds); ``storage``: how
-    to reach input URLs (the S3 options of the command line)."""
-    with default_storage(storage):
-        return _run_doctor(tokenizer, output, inputs, text_field, executor, environ)
-
-
-def _run_doctor(tokenizer: str, output: str | Path, inputs: Sequence[str], text_field: str, executor: str | None,
-                environ: Mapping[str, str] | None) -> Report:
+    to reach input URLs (the S3 options of the command line); ``task_slots``: the executor's, as ``submit``
+    sizes its tasks (None: this machine's CPUs)."""
     ctx = Context(str(tokenizer), Path(output), [str(i) for i in inputs], text_field, executor,
-                  dict(os.environ if environ is None else environ))
+                  dict(os.environ if environ is None else environ), txt_mode=txt_mode, task_slots=task_slots)
+    with default_storage(storage):
+        return _run_doctor(ctx)
+
+
+def _run_doctor(ctx: Context) -> Report:
     steps: list[tuple[str, Callable[[], Check]]] = [
         ("tokenizer", lambda: check_tokenizer(ctx)), ("input", lambda: check_input(ctx)),
         ("tokenizer_speed", lambda: check_speed(ctx)), ("backend", lambda: check_backend(ctx)),

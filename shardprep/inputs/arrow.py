@@ -101,8 +101,13 @@ def _batches(path: str) -> Iterator[Any]:
 
 def column_names(path: str) -> list[str]:
     """The columns of an Arrow file, from its schema (the first message; no batch is read)."""
+    return list(column_types(path))
+
+
+def column_types(path: str) -> dict[str, Any]:
+    """Each column's pyarrow type, from the schema (the first message; no batch is read)."""
     with _ipc_reader(path) as reader:
-        return list(reader.schema.names)
+        return dict(zip(reader.schema.names, reader.schema.types))
 
 
 def count_rows(path: str) -> int:

@@ -38,6 +38,7 @@ from shardprep.storage.locations import is_url
 BLOCK_BYTES = 8 << 20
 T = TypeVar("T")
 REMOTE_MARGIN = 64 << 10    # a remote range shorter than a block is read in one request this much past its end
+UTF8_BOM = b"\xef\xbb\xbf"   # stripped at byte 0 of a (decompressed) text input only; anywhere else it is text
 
 # What a corrupt compressed stream raises: gzip (OSError/BadGzipFile, EOFError, zlib.error) and zstandard
 # (ZstdError, a subclass of Exception only).
@@ -203,15 +204,24 @@ def scan_blocks(f: Stream, start: int, end: int | None, limit: int,
                 block_bytes: int = BLOCK_BYTES) -> Iterator[Piece]:
     """Whole-line blocks and over-long lines of ``f`` (positioned at ``start``), for the lines starting in
     ``[start, end)``; ``end`` None: to the end of the stream.  A read error raises :class:`CorruptStream`
-    with the offset of the line being read."""
+    with the offset of the line being read.
+
+    A UTF-8 BOM at byte 0 of the stream is dropped here, before either reading path sees a line: it is an
+    encoding mark, not text (it used to become tokens of document 0, and made line 1 of a jsonl file
+    malformed JSON).  A range starting later (a split file's next task) starts at byte ``start`` > 0, where
+    the same bytes are text (docs/dataflow.md, "5. Tokenize")."""
     split = _Splitter(start, end, limit)
+    at_byte_0 = start == 0
     while not split.done and (end is None or split.pos < end):
         try:
-            chunk = _read_exactly(f, block_bytes)
+            chunk = _read_exactly(f, max(block_bytes, len(UTF8_BOM)) if at_byte_0 else block_bytes)
         except STREAM_ERRORS as e:
             raise CorruptStream(split.pos + split.carry_len, e) from None
         if not chunk:
             break
+        if at_byte_0 and chunk.startswith(UTF8_BOM):    # the file's BOM: no part of its first line
+            chunk, split.pos = chunk[len(UTF8_BOM):], len(UTF8_BOM)
+        at_byte_0 = False
         yield from split.feed(chunk)
     yield from split.finish()
 

@@ -18,13 +18,15 @@ from __future__ import annotations
 
 import gzip
 from dataclasses import dataclass, field
-from typing import BinaryIO, Iterable, Iterator
+from typing import Any, BinaryIO, Iterable, Iterator
 
 import orjson
 
 from shardprep.errors import InputDataError
+from shardprep.inputs.blocks import UTF8_BOM
 from shardprep.inputs.discover import InputFile
 from shardprep.inputs.planned import OpenInput, parquet_file
+from shardprep.inputs.readers import beyond_double
 from shardprep.inputs.remote import in_parallel, is_input_url
 
 SAMPLE_LINES = 100
@@ -57,8 +59,9 @@ def _decompressed(raw: BinaryIO, compression: str | None) -> BinaryIO | gzip.Gzi
     return raw
 
 
-def _head_lines(inp: InputFile) -> Iterator[bytes]:
-    """The first complete lines of a (decompressed) text input, up to the sample limits."""
+def head_lines(inp: InputFile) -> Iterator[bytes]:
+    """The first complete lines of a (decompressed) text input, up to the sample limits (also ``doctor``'s
+    look at txt inputs)."""
     with OpenInput(inp) as opened, opened.buffered() as raw, _decompressed(raw, inp.compression) as stream:
         pending, read, lines = b"", 0, 0
         while read < SAMPLE_BYTES and lines < SAMPLE_LINES:
@@ -70,6 +73,8 @@ def _head_lines(inp: InputFile) -> Iterator[bytes]:
                 if pending:
                     yield pending
                 return
+            if not read and block.startswith(UTF8_BOM):     # as the task reads it (inputs.blocks)
+                read, block = len(UTF8_BOM), block[len(UTF8_BOM):]
             read += len(block)
             *complete, pending = (pending + block).split(b"\n")
             for line in complete[:SAMPLE_LINES - lines]:
@@ -81,12 +86,14 @@ def jsonl_head(inp: InputFile, text_field: str | None) -> HeadFields:
     """Read the head of a jsonl input until an object has ``text_field`` as a string (or the limits;
     None: to the limits, for the keys)."""
     head = HeadFields()
-    for line in _head_lines(inp):
+    for line in head_lines(inp):
         head.lines += 1
         try:
             obj = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            continue
+        except orjson.JSONDecodeError as e:
+            obj = beyond_double(line, str(e))[0]      # as the task reads it (inputs.readers)
+            if obj is None:
+                continue
         if type(obj) is not dict:
             continue
         head.objects += 1
@@ -97,23 +104,41 @@ def jsonl_head(inp: InputFile, text_field: str | None) -> HeadFields:
     return head
 
 
-def column_names(inp: InputFile) -> list[str]:
-    """The columns of a parquet or Arrow input, from its schema only."""
+def column_types(inp: InputFile) -> dict[str, Any]:
+    """The columns of a parquet or Arrow input and their pyarrow types, from its schema only."""
     if inp.format == "parquet":
         with OpenInput(inp) as opened:
-            return list(parquet_file(opened).schema_arrow.names)
-    from shardprep.inputs.arrow import column_names as arrow_columns
+            schema = parquet_file(opened).schema_arrow
+            return dict(zip(schema.names, schema.types))
+    from shardprep.inputs.arrow import column_types as arrow_columns
 
     return arrow_columns(inp.path)
+
+
+def is_text_type(kind: Any) -> bool:
+    """Whether a column of pyarrow type ``kind`` gives documents: strings (also dictionary-encoded or
+    views), or a column of nulls only (each an empty document, as a null jsonl field is).  Any other type
+    (integers, binary, lists ...) gives none: every row would be skipped, and the job end with zero
+    documents at ``finalize`` (issue 31)."""
+    import pyarrow as pa
+
+    if pa.types.is_dictionary(kind):
+        kind = kind.value_type
+    return bool(pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_null(kind)
+                or getattr(pa.types, "is_string_view", lambda _: False)(kind))
 
 
 def field_problem(inp: InputFile, text_field: str) -> str | None:
     """Why ``inp`` cannot give documents from ``text_field`` (one line naming what it has), or None."""
     if inp.tabular:
-        names = column_names(inp)
-        if text_field in names:
+        types = column_types(inp)
+        if text_field not in types:
+            return f"{inp.path}: no column {text_field!r} (columns: {', '.join(types)})"
+        if is_text_type(types[text_field]):
             return None
-        return f"{inp.path}: no column {text_field!r} (columns: {', '.join(names)})"
+        texts = [name for name, kind in types.items() if is_text_type(kind)]
+        return (f"{inp.path}: column {text_field!r} holds {types[text_field]}, not text (text columns: "
+                f"{', '.join(texts) or 'none'})")
     if inp.format != "jsonl" or inp.size == 0:
         return None
     head = jsonl_head(inp, text_field)

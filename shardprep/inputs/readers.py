@@ -15,6 +15,7 @@ at a time, for the few readers that want that (``doctor``, the plan-time shard-r
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Protocol
@@ -207,11 +208,13 @@ def jsonl_docs(lines: Lines, path: str, key: str, skips: SkipLog) -> Iterator[st
         try:
             obj = loads(raw)
         except orjson.JSONDecodeError as e:
-            if not _is_utf8(raw):
-                skips.skip("invalid_utf8", path, line, byte=byte)
-            else:
-                skips.skip("malformed_json", path, line, str(e), byte=byte)
-            continue
+            obj, detail = beyond_double(raw, str(e))
+            if obj is None:
+                if not _is_utf8(raw):
+                    skips.skip("invalid_utf8", path, line, byte=byte)
+                else:
+                    skips.skip("malformed_json", path, line, detail, byte=byte)
+                continue
         if type(obj) is not dict:  # orjson only builds plain dicts
             skips.skip("malformed_json", path, line, f"expected a JSON object, got {type(obj).__name__}", byte=byte)
             continue
@@ -224,6 +227,33 @@ def jsonl_docs(lines: Lines, path: str, key: str, skips: SkipLog) -> Iterator[st
             skips.skip("empty", path, line, byte=byte)
             continue
         yield text
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def beyond_double(raw: bytes, error: str) -> tuple[Any, str]:
+    """(the object, "") of a line orjson refused only for a number beyond a double's range (``1e400``);
+    (None, why the line is malformed) for any other refusal.
+
+    Why: such a number in another field (an id, a score) used to drop the whole document as malformed
+    although its text is fine.  Python's parser takes the number (its value is not needed: any number
+    becomes 0, keeping its type for the ``missing_field`` detail when it is the text field); what it
+    accepts and orjson does not (NaN/Infinity, lone surrogates) is refused here as orjson would.  The
+    fast path sends every block that might hold such a number here (``inputs.fastpath``), so both paths
+    agree."""
+    if "infinity" not in error and "out of range" not in error:
+        return None, error
+    try:
+        obj = json.loads(raw.decode("utf-8"), parse_int=lambda _: 0, parse_float=lambda _: 0.0,
+                         parse_constant=_no_constant)
+        json.dumps(obj, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return None, "lone surrogate in a string"
+    except (ValueError, RecursionError) as e:      # (a UnicodeDecodeError: _is_utf8 reports it)
+        return None, str(e)
+    return obj, ""
 
 
 def _is_utf8(raw: bytes) -> bool:

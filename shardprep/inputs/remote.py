@@ -32,6 +32,7 @@ R = TypeVar("R")
 CONCURRENCY = 16            # objects read at once while planning (parquet footers, jsonl heads)
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
 _GLOB = re.compile(r"[*?\[]")
+UNSAFE_SHOWN = 5            # unsafe keys named in the warning (and how many more)
 
 
 def is_input_url(spec: str) -> bool:
@@ -75,6 +76,25 @@ def _hidden(url: str, root: str) -> bool:
     return url.endswith("/") or any(part.startswith(".") for part in rest.split("/"))
 
 
+def _shown(infos: list[ObjectInfo], root: str) -> list[ObjectInfo]:
+    """``infos`` without the hidden names below ``root``.  A hidden key that ``stage`` would also refuse
+    (``raw/../x.txt``, ``raw/./y.txt``: not a dot-file but a path trick; ``staging.keys.key_problem``, the
+    same test) is named in a warning with the count, never left out without a word."""
+    from shardprep.staging.keys import key_problem
+
+    shown, unsafe = [], []
+    for info in infos:
+        if not _hidden(info.url, root):
+            shown.append(info)
+        elif not info.url.endswith("/") and (problem := key_problem(info.url[len(root):])):
+            unsafe.append(f"{info.url} ({problem})")
+    if unsafe:
+        more = f", ... ({len(unsafe) - UNSAFE_SHOWN} more)" if len(unsafe) > UNSAFE_SHOWN else ""
+        log.warning("input %s: left out %d object(s) whose key is not a safe path (`stage` refuses them too): "
+                    "%s%s", root, len(unsafe), ", ".join(unsafe[:UNSAFE_SHOWN]), more)
+    return shown
+
+
 def _outputs(infos: list[ObjectInfo]) -> list[str]:
     """Prefixes (ending in ``/``) that hold a shardprep plan, read from the ``job.json`` objects listed."""
     from shardprep.inputs.discover import PLAN_FILE, is_plan_bytes
@@ -102,7 +122,7 @@ def _listed(spec: str) -> tuple[list[ObjectInfo], bool]:
         if glob:
             root = spec[:spec.rfind("/", 0, glob.start()) + 1]
             rx = glob_regex(spec)
-            infos = [i for i in store.walk(root) if rx.fullmatch(i.url) and not _hidden(i.url, root)]
+            infos = _shown([i for i in store.walk(root) if rx.fullmatch(i.url)], root)
             if not infos:
                 raise InputDataError(f"input glob {spec!r} matches no objects")
             return infos, True
@@ -113,7 +133,7 @@ def _listed(spec: str) -> tuple[list[ObjectInfo], bool]:
     if exact:
         return exact, True
     root = spec.rstrip("/") + "/"
-    under = [i for i in infos if i.url.startswith(root) and not _hidden(i.url, root)]
+    under = _shown([i for i in infos if i.url.startswith(root)], root)
     if not under:
         raise InputDataError(f"input {spec} does not exist (no object of that name, nor any under {root})")
     return under, False

@@ -10,9 +10,14 @@ different plan.  Those need a new plan: the command with the change and ``--over
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from shardprep.errors import EXIT_INPUT
+
+# How a task that stopped on a signal at a safe point ends its log (job/encode.py's ``check_stop``, logged as
+# its failure): Ctrl-C in a local ``submit``, a Slurm pre-timeout signal or scancel.  Nothing to fix.
+_STOPPED_RE = re.compile(r"^task \d+ stopped on \w+ at a safe point")
 
 
 def resume_command(output: Path | str) -> str:
@@ -38,3 +43,13 @@ def rerun_advice(output: Path | str, exit_codes: set[int] | None = None) -> str:
     if exit_codes and EXIT_INPUT not in exit_codes:
         return resume
     return f"{resume}; {replan_advice(output)}"
+
+
+def stopped_on_signal(reason: str | None) -> bool:
+    """Whether a task's logged failure ``reason`` is a stop on a signal (interrupted), not an error."""
+    return reason is not None and _STOPPED_RE.match(reason) is not None
+
+
+def interrupted_advice(output: Path | str) -> str:
+    """The next step once tasks were stopped (Ctrl-C, a signal) rather than failed: nothing to fix."""
+    return f"the run was interrupted before these tasks finished: `{resume_command(output)}` continues it"

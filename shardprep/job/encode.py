@@ -7,11 +7,14 @@ with ``hf`` before its shard may stand (``tokenizer.backend.check_candidate``), 
 documents from the whole task, not just its start, and costs a few milliseconds.
 
 With several CPUs and a fast backend the blocks are encoded by worker processes (``job.parallel``);
-the shard's bytes do not depend on how many.
+the shard's bytes do not depend on how many.  Either way the task says how far it is (:class:`Progress`):
+documents and tokens to its caller, and the input bytes read to its log, where ``status`` reads them.
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterator
 
@@ -21,6 +24,7 @@ from shardprep.errors import Preempted
 from shardprep.inputs.batches import items_batches
 from shardprep.inputs.fastpath import DocBatch
 from shardprep.inputs.readers import ReadOptions, SkipLog
+from shardprep.job import logs
 from shardprep.tokenizer.backend import Backend, add_boundary_tokens
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -30,6 +34,51 @@ if TYPE_CHECKING:  # pragma: no cover
 ProgressFn = Callable[[int, int], None]   # (documents, tokens) since the last call
 FIRST_BATCH_CHARS = 1 << 20    # the first batch's sample is taken from its first MiB
 PER_BATCH = 2                  # later batches: their first documents, and their last one
+PROGRESS_EVERY = 5.0           # seconds between two progress lines in the task log, at least
+
+log = logging.getLogger(__name__)
+
+
+class Progress:
+    """How far the task is: documents and tokens to ``report`` (the local executor's bar), and the planned
+    input bytes read so far to the task log (``logs.PROGRESS``), where ``status`` and ``report`` count a
+    running task's work (``job.progress``).
+
+    A line is written for the first bytes read, then at most every ``PROGRESS_EVERY`` seconds, and no more
+    often than a twentieth of the time the task has run (a day-long task writes a few hundred lines, and
+    ``status`` reads only a log's tail).  Encoded in one process, bytes are those of the documents handed to
+    the encoder (an estimate: skipped lines and JSON syntax are not counted); in pieces, each piece's share
+    of the plan once it is written (exact).  Never more than ``planned``."""
+
+    def __init__(self, task: int, planned: int, report: ProgressFn | None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.task, self.planned, self.report, self.clock = task, planned, report, clock
+        self.documents = self.tokens = self.read = 0
+        self.started = clock()
+        self._logged: float | None = None
+
+    def __call__(self, documents: int, tokens: int, nbytes: int = 0) -> None:
+        self.documents += documents
+        self.tokens += tokens
+        self.read = min(self.planned, self.read + nbytes)
+        now = self.clock()
+        if self.read and (self._logged is None or
+                          now - self._logged >= max(PROGRESS_EVERY, (now - self.started) / 20)):
+            self._logged = now
+            log.info(logs.PROGRESS, self.task, self.read, self.planned)
+        if self.report:
+            self.report(documents, tokens)
+
+    def undo(self) -> None:
+        """All of it taken back: the shard is written again from the start (``auto`` fell back to hf)."""
+        if self.report:
+            self.report(-self.documents, -self.tokens)
+        self.documents = self.tokens = self.read = 0
+
+
+def batch_bytes(batch: DocBatch) -> int:
+    """About how many input bytes ``batch``'s documents came from (its buffer, or its texts' characters)."""
+    return len(batch.buffer) if batch.buffer is not None else sum(map(len, batch.strs or ()))
 
 
 @dataclass
@@ -94,7 +143,7 @@ def check_stop(stop: object, task: int) -> None:
 
 
 def encode_inline(batches: Iterator[DocBatch], backend: Backend, bounds: Boundaries, writer: ShardWriter,
-                  stop: object, task: int, progress: ProgressFn | None, sampler: Sampler | None) -> None:
+                  stop: object, task: int, progress: Progress | None, sampler: Sampler | None) -> None:
     """Encode ``batches`` in this process and write them; stop at a safe point (between batches) when
     ``stop`` is set."""
     for batch in batches:
@@ -104,5 +153,5 @@ def encode_inline(batches: Iterator[DocBatch], backend: Backend, bounds: Boundar
         flat, lengths = add_boundary_tokens(flat, lengths, bounds.bos, bounds.eos)
         writer.add(flat, lengths)
         if progress:
-            progress(len(lengths), int(flat.size))
+            progress(len(lengths), int(flat.size), batch_bytes(batch))
         check_stop(stop, task)

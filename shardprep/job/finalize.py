@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Callable
 
 from shardprep.errors import IncompleteError, InputDataError
 from shardprep.job.advice import replan_advice
 from shardprep.job.plan_files import check_task_count
 from shardprep.job.schema import CREATED_BY, Job
 from shardprep.job.state import format_array_ranges, job_state, load_job
-from shardprep.shard.format import FORMAT_VERSION, INDEX_FILE
-from shardprep.shard.index import Index, IndexShard, IndexTokenizer, IndexTotals
+from shardprep.shard.format import FORMAT_VERSION, INDEX_FILE, JOB_FILE
+from shardprep.shard.index import Index, IndexContractError, IndexShard, IndexTokenizer, IndexTotals
 from shardprep.storage.atomic import write_json_atomic
+from shardprep.storage.locations import join
 from shardprep.storage.lock import output_lock
 
 log = logging.getLogger(__name__)
@@ -64,6 +66,43 @@ def _index_tokenizer(job: Job) -> IndexTokenizer:
     tok, opts = job.tokenizer, job.options
     return IndexTokenizer(tok.source, tok.vocab_size, tok.dtype, tok.eos_id, tok.bos_id, tok.pad_id, tok.eos_token,
                           tok.bos_token, tok.pad_token, opts.add_eos, opts.add_bos)
+
+
+def plan_problems(index: Index, job: Job) -> list[str]:
+    """How ``index`` disagrees with the frozen plan it says it publishes (empty: it does not).
+
+    What finalize takes from the plan, compared field by field: the fingerprints, layout, dtype, the
+    tokenizer record (vocab size, special ids, BOS/EOS policy; its ``source`` is only where it came from)
+    and the number of shards, one per task (their names then follow from ``Index.contract_problems``).
+    """
+    want: dict[str, object] = {"plan_fingerprint": job.fingerprint, "tokenizer_fingerprint": job.tokenizer.fingerprint,
+                               "layout": job.options.layout, "dtype": job.tokenizer.dtype,
+                               "totals.shards": job.n_tasks}
+    got: dict[str, object] = {"plan_fingerprint": index.plan_fingerprint, "layout": index.layout,
+                              "tokenizer_fingerprint": index.tokenizer_fingerprint, "dtype": index.dtype,
+                              "totals.shards": len(index.shards)}
+    for key, value in _index_tokenizer(job).to_dict().items():
+        if key != "source":
+            want[f"tokenizer.{key}"], got[f"tokenizer.{key}"] = value, getattr(index.tokenizer, key)
+    return [f"field '{key}': is {got[key]!r} but {JOB_FILE} says {value!r}" for key, value in want.items()
+            if got[key] != value]
+
+
+def check_against_plan(index: Index, root: str, read: Callable[[str], bytes]) -> Job | None:
+    """Hold ``root``'s index.json to the plan beside it, where one is reachable (``read``: the location's whole-
+    file read; an output copied without job.json is held to its own contract only).  Returns the plan, or
+    None where there is none; ``IndexContractError`` on any disagreement, a tampered plan as ``Job.parse``
+    refuses it.  One check for every reader: verify, repair, upload and the loader."""
+    where = join(root, JOB_FILE)
+    try:
+        data = read(where)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    job = Job.parse(data, where)
+    problems = plan_problems(index, job)
+    if problems:
+        raise IndexContractError(join(root, INDEX_FILE), problems)
+    return job
 
 
 def finalize(output: Path) -> Index:

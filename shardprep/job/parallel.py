@@ -11,7 +11,9 @@ task's own reader, and the task writes the pieces' ids in piece order.  Skips, t
 numbers made absolute with each piece's line count), the suspicious-input warning (per item, from its
 pieces' counts) and the samples for the exactness check are merged in the same order.
 
-How the ids come back: in shared memory (``job.slots``), the pipe carrying only counts, skips and samples.
+How the ids come back: in shared memory (``job.slots``, which also holds the worker processes: a dead
+worker fails the task naming it, and they are stopped together), the pipe carrying only counts, skips and
+samples.
 
 A compressed input cannot be cut: it is one piece, read by one worker.  ``--strict`` tasks run inline
 (the first bad line must stop the task where it is, with its exact location).
@@ -20,7 +22,6 @@ A compressed input cannot be cut: it is one piece, read by one worker.  ``--stri
 from __future__ import annotations
 
 import builtins
-import multiprocessing
 import os
 import signal
 from collections import deque
@@ -35,9 +36,9 @@ from shardprep.errors import ShardprepError
 from shardprep.inputs.batches import ReadCount, item_batches
 from shardprep.inputs.health import ItemWatch
 from shardprep.inputs.readers import MAX_EXAMPLES, ReadOptions, SkipExample, SkipLog, WorkItem
-from shardprep.job.encode import Boundaries, ProgressFn, Sampler, check_stop
+from shardprep.job.encode import Boundaries, Progress, Sampler, check_stop
 from shardprep.job.resources import peak_rss_bytes
-from shardprep.job.slots import PieceIds, Slots
+from shardprep.job.slots import PieceIds, Slots, Workers
 from shardprep.shard.format import DTYPES
 from shardprep.shard.writer import ShardWriter, narrow_ids
 from shardprep.storage.objects import READS, ReadCounts
@@ -112,6 +113,24 @@ def plan_pieces(items: Any, opts: ReadOptions, workers: int) -> list[Piece]:
     return pieces
 
 
+def piece_shares(items: Any, pieces: list[Piece]) -> list[int]:
+    """Each piece's planned input bytes (the task's progress): its item's ``nbytes`` shared out by the
+    pieces' extents (bytes, or rows of a table); they add up to the task's planned input bytes."""
+    extents = [(p.work.end if p.work.end is not None else p.input.size if p.work.unit == "bytes"
+                else p.input.rows or 1) - p.work.start for p in pieces]
+    shares = [0] * len(pieces)
+    by_item: dict[int, list[int]] = {}
+    for p in pieces:
+        by_item.setdefault(p.item, []).append(p.index)
+    for k, mine in by_item.items():
+        it = items[k]
+        total, given = max(1, sum(extents[i] for i in mine)), 0
+        for n, i in enumerate(mine):
+            shares[i] = it.nbytes - given if n == len(mine) - 1 else it.nbytes * extents[i] // total
+            given += shares[i]
+    return shares
+
+
 def _row_pieces(inp: Any, work: WorkItem, step: int) -> list[WorkItem]:
     """Row ranges of about ``step`` bytes (by the file's bytes per row)."""
     rows = inp.rows if work.end is None else work.end
@@ -178,46 +197,6 @@ def _worker(conn: Connection, opts: ReadOptions, backend: Backend, bounds: Bound
 
 
 # -- in the task --------------------------------------------------------------------------------------------
-class _Pool:
-    """The forked workers, the pieces each one holds and the shared slots their ids come back in."""
-
-    def __init__(self, n: int, args: tuple[Any, ...], slots: Slots) -> None:
-        ctx = multiprocessing.get_context("fork")
-        self.slots = slots
-        self.free = deque(range(self.slots.count))
-        self.sent: dict[int, int] = {}                          # piece index -> its slot
-        self.conns: list[Connection] = []
-        self.procs = []
-        self.held: list[deque[int]] = []
-        for _ in range(n):
-            parent, child = ctx.Pipe()
-            proc = ctx.Process(target=_worker, args=(child, *args, self.slots), daemon=True,
-                               name="shardprep-encode")
-            proc.start()
-            child.close()
-            self.conns.append(parent)
-            self.procs.append(proc)
-            self.held.append(deque())
-
-    def close(self) -> None:
-        for conn in self.conns:
-            try:
-                conn.send(None)
-            except OSError:
-                pass
-        for proc in self.procs:
-            proc.join(timeout=2)
-            if proc.is_alive():
-                proc.kill()
-                proc.join()
-
-    def send(self, k: int, piece: Piece) -> None:
-        """Give ``piece`` to worker ``k`` with a free slot."""
-        self.held[k].append(piece.index)
-        self.sent[piece.index] = self.free.popleft()
-        self.conns[k].send(replace(piece, slot=self.sent[piece.index]))
-
-
 def _reraise(name: str, message: str, hint: str | None) -> None:
     """A worker's exception, raised again here as the same class (a ShardprepError keeps its exit code)."""
     cls = getattr(errors, name, None) or getattr(builtins, name, None)
@@ -228,16 +207,23 @@ def _reraise(name: str, message: str, hint: str | None) -> None:
     raise RuntimeError(f"{name}: {message}")
 
 
-def _receive(conn: Connection, slots: Slots, slot: int) -> tuple[PieceResult, np.ndarray, np.ndarray]:
-    result: PieceResult = conn.recv()
+def _receive(pool: Workers, k: int, slot: int) -> tuple[PieceResult, np.ndarray, np.ndarray]:
+    """Worker ``k``'s next result; its pipe broken (the worker died) is ``Workers.died``'s error, and an error
+    the worker met is raised again here."""
+    conn = pool.conns[k]
+    try:
+        result: PieceResult = conn.recv()
+        piped = None if result.error is not None or result.in_slot else (conn.recv_bytes(), conn.recv_bytes())
+    except (EOFError, OSError):
+        raise pool.died(k) from None
     if result.error is not None:
         _reraise(*result.error)
-    if result.in_slot:
-        return (result, *slots.take(slot, result.tokens, result.documents))
-    return result, np.frombuffer(conn.recv_bytes(), slots.dtype), np.frombuffer(conn.recv_bytes(), np.int64)
+    if piped is None:
+        return (result, *pool.slots.take(slot, result.tokens, result.documents))
+    return result, np.frombuffer(piped[0], pool.slots.dtype), np.frombuffer(piped[1], np.int64)
 
 
-def _results(pieces: list[Piece], pool: _Pool, stop: object, task: int,
+def _results(pieces: list[Piece], pool: Workers, stop: object, task: int,
              meanwhile: Callable[[], None] | None) -> Iterator[tuple[Piece, PieceResult, np.ndarray, np.ndarray]]:
     """(piece, result, ids, lengths) in piece order, keeping every worker busy.  The ids may lie in the
     piece's slot: the caller is done with them when it asks for the next piece.
@@ -259,15 +245,15 @@ def _results(pieces: list[Piece], pool: _Pool, stop: object, task: int,
     for want in range(len(pieces)):
         while want not in done:
             check_stop(stop, task)
-            ready = wait([c for c, h in zip(pool.conns, pool.held) if h], timeout=0.2)
-            for k in [k for k, c in enumerate(pool.conns) if c in ready]:
-                index = pool.held[k][0]
-                try:
-                    got = _receive(pool.conns[k], pool.slots, pool.sent[index])
-                except EOFError:
-                    raise ShardprepError(f"task {task}: an encoding worker died") from None
-                pool.held[k].popleft()
-                done[index] = got
+            conns = [c for c, h in zip(pool.conns, pool.held) if h]
+            ready = wait(conns + [p.sentinel for p in pool.procs], timeout=0.2)
+            for k, conn in enumerate(pool.conns):
+                if conn in ready:
+                    index = pool.held[k][0]
+                    done[index] = _receive(pool, k, pool.sent[index])
+                    pool.held[k].popleft()
+                elif pool.procs[k].sentinel in ready:     # (after its last result, if it sent one)
+                    raise pool.died(k)
             dispatch()
         yield (pieces[want], *done.pop(want))
         pool.free.append(pool.sent.pop(want))
@@ -318,7 +304,7 @@ class _Merge:
 
 
 def encode_parallel(items: Any, opts: ReadOptions, backend: Backend, bounds: Boundaries, writer: ShardWriter,
-                    stop: object, task: int, progress: ProgressFn | None, sampler: Sampler | None,
+                    stop: object, task: int, progress: Progress | None, sampler: Sampler | None,
                     skips: SkipLog, workers: int, meanwhile: Callable[[], None] | None = None) -> int:
     """``job.encode.encode_inline`` for a task with ``workers`` CPUs (and a fast backend); returns the
     workers' peak RSS added up (the task's own memory is beside it).  ``meanwhile`` is run by the task
@@ -327,9 +313,11 @@ def encode_parallel(items: Any, opts: ReadOptions, backend: Backend, bounds: Bou
     n = min(workers, len(pieces))
     step = piece_bytes(items, workers)     # room for as many ids as bytes read, a length for every 8 bytes
     slots = Slots(n * (IN_FLIGHT + SPARE_SLOTS), step, step // 8, np.dtype(DTYPES[writer.dtype_name]))
-    pool = _Pool(n, (opts, backend, bounds, writer.dtype_name, sampler is not None), slots)
+    pool = Workers(n, _worker, (opts, backend, bounds, writer.dtype_name, sampler is not None), slots, task)
     merge = _Merge(items, skips, sampler)
+    shares = piece_shares(items, pieces)
     peaks: dict[int, int] = {}
+    finished = False
     try:
         for piece, result, flat, lengths in _results(pieces, pool, stop, task, meanwhile):
             merge.add(piece, result)
@@ -337,8 +325,9 @@ def encode_parallel(items: Any, opts: ReadOptions, backend: Backend, bounds: Bou
             writer.add(flat, lengths)
             writer.release()                  # its slot is given out again
             if progress:
-                progress(result.documents, result.tokens)
+                progress(result.documents, result.tokens, shares[piece.index])
         merge.finish()
+        finished = True
     finally:
-        pool.close()
+        pool.close(finished)
     return sum(peaks.values())

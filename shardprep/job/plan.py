@@ -46,6 +46,7 @@ from shardprep.shard.format import (
 from shardprep.shard.provenance import PlanCheck
 from shardprep.storage.atomic import atomic_writer, fsync_dir, temp_name_for, write_json_atomic
 from shardprep.storage.locations import StorageOptions, is_url
+from shardprep.storage.nofollow import refuse_link
 from shardprep.tokenizer.load import ResolvedTokenizer
 
 log = logging.getLogger(__name__)
@@ -255,6 +256,7 @@ def existing_plan(job_path: Path) -> Job | str | None:
 def _commit(output: Path, staging: Path, plan: Plan, job: Job) -> None:
     """Move the staged records into place, then tokenizer.json, then job.json (which names them) last."""
     target = output / PLAN_DIR
+    refuse_link(target)     # a planted link is neither emptied nor renamed onto (storage/nofollow.py)
     if target.exists():     # no job.json names it (a run that died between the two renames): stale
         shutil.rmtree(target)
     os.replace(staging, target)

@@ -31,6 +31,7 @@ from typing import Iterator
 from shardprep.errors import RecordError
 from shardprep.job.schema import Job, Task, TaskItem, decode_task, encode_task
 from shardprep.shard.format import JOB_FILE, PLAN_RECORDS_FILE, PLAN_TABLE_FILE
+from shardprep.storage.nofollow import open_file, real_dir
 
 RECORDS_FILE = Path(PLAN_RECORDS_FILE).name
 TABLE_FILE = Path(PLAN_TABLE_FILE).name
@@ -46,13 +47,14 @@ def _record_digest(line: bytes) -> bytes:
 
 
 class TaskTableWriter:
-    """Stream task records into ``directory`` (a staging directory: the caller renames it into place)."""
+    """Stream task records into ``directory`` (a staging directory: the caller renames it into place); a
+    link planted at its name or at a file's is refused, never written through (``storage/nofollow.py``)."""
 
     def __init__(self, directory: Path, root: str) -> None:
-        directory.mkdir(parents=True, exist_ok=True)
+        real_dir(directory, parents=True)
         self.directory = directory
         self.root = root
-        self._records = open(directory / RECORDS_FILE, "wb", buffering=1 << 20)
+        self._records = open_file(directory / RECORDS_FILE, "wb", buffering=1 << 20, parent_too=True)
         self._entries = bytearray()
         self._offset = 0
         self.n_tasks = 0
@@ -74,7 +76,7 @@ class TaskTableWriter:
         step = BLOCK * _ENTRY
         blocks = b"".join(hashlib.sha256(self._entries[i:i + step]).digest()
                           for i in range(0, len(self._entries), step))
-        with open(self.directory / TABLE_FILE, "wb") as f:
+        with open_file(self.directory / TABLE_FILE, "wb", parent_too=True) as f:
             f.write(header + self._entries + end + blocks)
             f.flush()
             os.fsync(f.fileno())

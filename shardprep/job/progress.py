@@ -6,14 +6,16 @@ That rate already holds how many tasks really ran at once, the time a task spend
 and waiting for its wave of a throttled array, none of which a task's own tokens/s (its sidecar's
 ``elapsed_s``) sees.  The ETA assumes the rest of the job goes at the same rate: the planned input bytes
 not done yet / that rate.  Work is counted in planned input bytes because the plan knows them for every
-task before it runs (tokens are known only for done tasks); a shard of twice the input counts twice.
+task before it runs (tokens are known only for done tasks); a shard of twice the input counts twice.  A
+running task counts the input it has read so far (its log's last progress line, ``job.logs``), so a job
+whose first tasks are still running shows its progress and an ETA before any of them is done.
 
 Sources, all files of the output directory: the sidecars (which tasks are done, their tokens and task
 seconds; ``job.state``), the plan's task records (planned input bytes per task; ``job.plan_files``) and
 the task logs (when the first attempt started, when each task's last attempt ended, and which tasks run
 now; ``job.logs``).  A job that went through Slurm says what is running or pending through squeue
 (``executor.slurm.state``), which the caller passes in.  There is no ETA (``eta_s`` None, and
-``eta_basis`` says why) before any task is done, without task logs, or when nothing runs or waits.
+``eta_basis`` says why) before any input is read, without task logs, or when nothing runs or waits.
 """
 
 from __future__ import annotations
@@ -49,6 +51,9 @@ class Attempts(Protocol):
     @property
     def status(self) -> str: ...
 
+    @property
+    def read_bytes(self) -> int: ...
+
 
 @dataclass(frozen=True)
 class JobProgress:
@@ -60,6 +65,7 @@ class JobProgress:
     pending: int                  # tasks waiting in Slurm's queue (0 without Slurm: not known)
     input_bytes: int              # planned input bytes of the whole job (0: unknown)
     done_bytes: int               # planned input bytes of the done tasks
+    running_bytes: int            # input bytes the running tasks have read so far (their logs' progress lines)
     tokens: int                   # tokens of the done tasks
     task_s: float                 # the done tasks' own seconds (sidecars' elapsed_s), summed
     started_at: float | None      # the first record of any task log: the first task's first attempt
@@ -69,15 +75,20 @@ class JobProgress:
     eta_basis: str                # what eta_s is computed from, or why there is none
 
     @property
+    def work_bytes(self) -> int:
+        """Planned input bytes done, the running tasks' share so far included."""
+        return self.done_bytes + self.running_bytes
+
+    @property
     def work_done(self) -> float | None:
-        return self.done_bytes / self.input_bytes if self.input_bytes else None
+        return self.work_bytes / self.input_bytes if self.input_bytes else None
 
     def _per_s(self, amount: float) -> float | None:
         return amount / self.elapsed_s if self.elapsed_s else None
 
     @property
     def input_bytes_per_s(self) -> float | None:
-        return self._per_s(self.done_bytes) if self.input_bytes else None
+        return self._per_s(self.work_bytes) if self.input_bytes else None
 
     @property
     def tokens_per_s(self) -> float | None:
@@ -94,7 +105,7 @@ class JobProgress:
         return self._per_s(self.task_s) if self.task_s else None
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "work_done": self.work_done, "input_bytes_per_s": self.input_bytes_per_s,
+        return {**asdict(self), "work_bytes": self.work_bytes, "work_done": self.work_done, "input_bytes_per_s": self.input_bytes_per_s,
                 "tokens_per_s": self.tokens_per_s, "tasks_per_min": self.tasks_per_min,
                 "parallelism": self.parallelism}
 
@@ -129,6 +140,8 @@ def estimate(n_tasks: int, planned: Sequence[int], done: Mapping[int, Finished],
     """
     total = sum(planned)
     done_bytes = sum(planned[t] for t in done if t < len(planned))
+    partial = sum(min(planned[t], logs[t].read_bytes) for t in running
+                  if t not in done and t in logs and t < len(planned))
     firsts = [lg.first_started for lg in logs.values() if lg.first_started is not None]
     ends = [lg.ended for lg in logs.values() if lg.ended is not None]
     done_ends = [lg.ended for t, lg in logs.items() if t in done and lg.ended is not None]
@@ -138,26 +151,28 @@ def estimate(n_tasks: int, planned: Sequence[int], done: Mapping[int, Finished],
     active = len(running) + pending > 0
     stop = finished if finished is not None else (now if active or not ends else max(ends))
     elapsed = max(0.0, stop - started) if started is not None else None
-    eta, basis = _eta(complete, len(done), total - done_bytes, done_bytes, elapsed, len(running), pending)
+    eta, basis = _eta(complete, len(done), total - done_bytes - partial, done_bytes + partial, elapsed, len(running),
+                      pending)
     tokens, task_s = sum(s.tokens for s in done.values()), sum(s.elapsed_s or 0.0 for s in done.values())
-    return JobProgress(n_tasks, len(done), tuple(sorted(running)), pending, total, done_bytes, tokens, task_s,
-                       started, finished, elapsed, eta, basis)
+    return JobProgress(n_tasks, len(done), tuple(sorted(running)), pending, total, done_bytes, partial, tokens,
+                       task_s, started, finished, elapsed, eta, basis)
 
 
-def _eta(complete: bool, n_done: int, left: int, done_bytes: int, elapsed: float | None, running: int,
+def _eta(complete: bool, n_done: int, left: int, work_bytes: int, elapsed: float | None, running: int,
          pending: int) -> tuple[float | None, str]:
-    """Seconds until the job is done at the rate it went so far, with what that is computed from."""
+    """Seconds until the job is done at the rate it went so far (``work_bytes``: the done tasks' planned input
+    and what the running ones have read), with what that is computed from."""
     if complete:
         return 0.0, "every task is done"
-    if n_done == 0:
-        return None, "no task is done yet"
+    if n_done == 0 and work_bytes <= 0:
+        return None, "no task is done yet, and no running task has read any input"
     if elapsed is None:
         return None, "no task logs (logs/task-NNNNN.log): no timing"
     if running + pending == 0:
         return None, "nothing running or pending: the job is stopped; `shardprep submit --resume` reruns the rest"
-    if done_bytes <= 0 or elapsed <= 0:
+    if work_bytes <= 0 or elapsed <= 0:
         return None, "the planned input of the done tasks is unknown or empty"
-    rate = done_bytes / elapsed
+    rate = work_bytes / elapsed
     now = f"{running} running" + (f", {pending} pending" if pending else "")
     return left / rate, (f"{human_bytes(left)} of input left at {human_bytes(rate)}/s, the job's rate since its "
                          f"first task started; {now}")

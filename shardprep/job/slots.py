@@ -8,13 +8,28 @@ woke the task, whose CPUs the workers share: one 256 MB task on 2 CPUs took 1.47
 with the slots and ``meanwhile`` (median of 5, docs/benchmarks.md).  A piece whose ids outgrow a slot (a
 compressed input is one piece) still goes through the pipe.  A slot is given out again only once the task
 has written its ids (``ShardWriter.release`` copies what the writer keeps of them).
+
+:class:`Workers` holds the worker processes with the slots: a worker that dies while the task needs it (a
+kill, the OOM killer) fails the task with one line naming the task, the worker's pid and the signal
+(exit 5, as a killed local worker), and stopping them takes one deadline for all, not one per worker.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import mmap
+import multiprocessing
+import signal
+import time
+from collections import deque
+from multiprocessing.connection import Connection, wait
+from typing import Any, Callable, Sequence
 
 import numpy as np
+
+from shardprep.errors import IncompleteError
+
+STOP_GRACE = 2.0             # seconds the workers have, all together, to leave once told to
 
 
 class Slots:
@@ -71,3 +86,88 @@ class PieceIds:
         if self._ids is None:
             return None
         return np.concatenate(self._ids).tobytes(), np.concatenate(self._lens).tobytes()
+
+
+class Workers:
+    """A task's forked encoding workers (each runs ``target(conn, *args, slots)``), the pieces each one
+    holds and the shared slots their ids come back in."""
+
+    def __init__(self, n: int, target: Callable[..., None], args: tuple[Any, ...], slots: Slots, task: int) -> None:
+        ctx = multiprocessing.get_context("fork")
+        self.slots, self.task = slots, task
+        self.free = deque(range(self.slots.count))
+        self.sent: dict[int, int] = {}                          # piece index -> its slot
+        self.conns: list[Connection] = []
+        self.procs: list[Any] = []
+        self.held: list[deque[int]] = []
+        for _ in range(n):
+            parent, child = ctx.Pipe()
+            proc = ctx.Process(target=target, args=(child, *args, self.slots), daemon=True,
+                               name="shardprep-encode")
+            proc.start()
+            child.close()
+            self.conns.append(parent)
+            self.procs.append(proc)
+            self.held.append(deque())
+
+    def close(self, finished: bool) -> None:
+        """Stop every worker: once the task has all its pieces, each is told to leave (None) and given
+        ``STOP_GRACE`` seconds, all of them together; otherwise (a stop, an error) all are killed at once:
+        they ignore SIGTERM, hold no file and nothing of theirs is kept."""
+        for conn in self.conns if finished else ():
+            try:
+                conn.send(None)
+            except OSError:
+                pass
+        stop_processes(self.procs, STOP_GRACE if finished else 0.0)
+        for conn in self.conns:
+            conn.close()
+
+    def send(self, k: int, piece: Any) -> None:
+        """Give ``piece`` to worker ``k`` with a free slot."""
+        self.held[k].append(piece.index)
+        self.sent[piece.index] = self.free.popleft()
+        try:
+            self.conns[k].send(dataclasses.replace(piece, slot=self.sent[piece.index]))
+        except OSError:
+            raise self.died(k) from None
+
+    def died(self, k: int) -> IncompleteError:
+        """The error for worker ``k`` gone while the task still needed it (killed from outside, e.g. by the
+        OOM killer), naming the task, the worker's pid and how it ended."""
+        proc = self.procs[k]
+        proc.join(timeout=STOP_GRACE)        # its pipe is closed: it is gone or going; its exit says how
+        code = proc.exitcode
+        if code is None:
+            how = "closed its pipe"
+        elif code < 0:
+            how = f"was killed by {_signal_name(-code)}"
+        else:
+            how = f"exited with code {code}"
+        return IncompleteError(f"task {self.task} (encoding worker pid {proc.pid}) {how}; its temporary shard "
+                               f"was removed", hint="if the kernel's OOM killer did it (dmesg), give the task "
+                               "more memory or fewer --threads, then rerun the task (`shardprep submit --resume`)")
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def stop_processes(procs: Sequence[Any], grace: float) -> None:
+    """Wait up to ``grace`` seconds, one deadline for all of them, for ``procs`` to end; then kill every one
+    still alive (all of them before waiting on any) and reap them.
+
+    Why one deadline: waiting for each in turn with a timeout of its own made a stop last about
+    ``grace`` seconds per busy worker (a pre-timeout signal must stop the task in seconds)."""
+    deadline = time.monotonic() + grace
+    alive = [p for p in procs if p.is_alive()]
+    while alive and (left := deadline - time.monotonic()) > 0:
+        wait([p.sentinel for p in alive], timeout=left)
+        alive = [p for p in alive if p.is_alive()]
+    for proc in alive:
+        proc.kill()
+    for proc in procs:
+        proc.join()

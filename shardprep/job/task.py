@@ -25,12 +25,11 @@ from shardprep.errors import InputDataError
 from shardprep.inputs.planned import changed_since_planned, connect_ahead
 from shardprep.inputs.readers import SkipLog
 from shardprep.job import logs
-from shardprep.job.encode import Boundaries, ProgressFn, Sampler, encode_inline, task_batches
+from shardprep.job.encode import Boundaries, Progress, ProgressFn, Sampler, encode_inline, task_batches
 from shardprep.job.plan_files import read_task
 from shardprep.job.resources import keep_freed_memory, peak_rss_bytes, set_tokenizer_threads, usable_cpus
 from shardprep.job.schema import CREATED_BY, Job, Task, TaskItem
 from shardprep.job.state import check_task, load_job, read_frozen_tokenizer
-from shardprep.records import FS_BYTES
 from shardprep.shard.format import FORMAT_VERSION, LOG_DIR, shard_name, sidecar_name
 from shardprep.shard.provenance import BackendRecord, RemoteReads, TaskStats
 from shardprep.shard.sidecar import Sidecar
@@ -97,9 +96,7 @@ def _task_log(output: Path, task: int) -> Iterator[None]:
     (an in-process caller, e.g. the local executor's worker or a test, keeps its own level and handlers).
     The file is opened before the task writes anything: its existence tells later attempts that an
     earlier one may have left temporary files (see ``_remove_stale``)."""
-    (output / LOG_DIR).mkdir(exist_ok=True)
-    # a file name that is not UTF-8 (issue 23) is logged with \xNN escapes, not as a logging error
-    handler = logging.FileHandler(_log_path(output, task), encoding="utf-8", errors=FS_BYTES)
+    handler = logs.task_log_handler(_log_path(output, task))      # never through a planted link
     handler.setFormatter(logging.Formatter(logs.LOG_FORMAT))
     logger = logging.getLogger("shardprep")
     previous = logger.level
@@ -197,7 +194,7 @@ def _load(output: Path, job: Job, task: int, threads: int | None) -> _Context:
     """Step 1: the task's work from the frozen plan, its inputs unchanged, the frozen tokenizer intact."""
     started = time.perf_counter()
     work = read_task(output, job, task)
-    log.info(logs.STARTED, task, ", ".join(i.describe() for i in work.items))
+    log.info(logs.STARTED, task, os.getpid(), os.uname().nodename, ", ".join(i.describe() for i in work.items))
     _check_inputs_unchanged(work)
     connect_ahead(i.input for i in work.items)        # remote inputs: while the tokenizer loads
     tok_json = read_frozen_tokenizer(output, job)
@@ -231,13 +228,7 @@ def _write_shard(ctx: _Context, opened: Opened, stop: StopFlag,
     bounds = Boundaries(job.tokenizer.bos_id if opts.add_bos else None, job.tokenizer.eos_id if opts.add_eos else None)
     log.info(logs.BACKEND + " (%s), %d thread(s)", ctx.work.index, opened.backend.describe(),
              "checked against hf as it encodes" if opened.candidate else "the reference", ctx.threads)
-    sent = [0, 0]
-
-    def counted(docs: int, tokens: int) -> None:
-        sent[0] += docs
-        sent[1] += tokens
-        if progress:
-            progress(docs, tokens)
+    counted = Progress(ctx.work.index, ctx.work.input_bytes, progress)
 
     with ShardWriter(ctx.output / shard_name(ctx.work.index), task=ctx.work.index, layout=opts.layout,
                      dtype=job.tokenizer.dtype, chunk_tokens=opts.chunk_tokens) as writer:
@@ -267,8 +258,7 @@ def _write_shard(ctx: _Context, opened: Opened, stop: StopFlag,
         log.info(logs.BACKEND, ctx.work.index, record)
         if record.name != opened.backend.name:
             writer.abort()
-            if progress:
-                progress(-sent[0], -sent[1])
+            counted.undo()
             return record
         return writer.close(), skips, record
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Mapping
 
 from shardprep.errors import ConfigError, IncompleteError, InputDataError, RecordError, ShardprepError
+from shardprep.job.finalize import check_against_plan
 from shardprep.shard.format import INDEX_FILE
 from shardprep.shard.index import Index, IndexShard, sidecar_mismatches
 from shardprep.shard.reader import walk_tar
@@ -125,7 +126,8 @@ def _check_samples(where: str, stream: io.BufferedIOBase, table: ChunkTable, voc
 
 def _read_index(root: str, store: Store) -> Index:
     """``root/index.json``; a missing, torn or foreign index is one IncompleteError naming the file and the
-    field (exit 5: the output does not verify), never a traceback."""
+    field (exit 5: the output does not verify), never a traceback; so is one whose entries contradict its
+    totals or the plan beside it (``IndexContractError``: ``Index.check``, ``job.finalize.check_against_plan``)."""
     where = join(root, INDEX_FILE)
     try:
         data = store.read_bytes(where)
@@ -138,18 +140,17 @@ def _read_index(root: str, store: Store) -> Index:
         index = Index.parse(data, where)
     except InputDataError as e:
         raise IncompleteError(str(e.args[0]), hint=hint) from None
-    if index.tokenizer.vocab_size < 1:
-        raise IncompleteError(f"{where}: tokenizer.vocab_size is {index.tokenizer.vocab_size}, not a "
-                              f"positive integer", hint=hint)
+    check_against_plan(index, root, store.read_bytes)
     return index
 
 
-def open_output(output: str | Path, storage: StorageOptions | None = None) -> Output:
-    """An output to check: its store, its index (checked: ``IncompleteError`` when missing or torn) and one
-    listing of its files' sizes (``verify``; ``repair`` checks the shards it rebuilds with it)."""
+def open_output(output: str | Path, storage: StorageOptions | None = None, *, index: Index | None = None) -> Output:
+    """An output to check: its store, its index (checked: ``IncompleteError`` when missing, torn or not
+    the finalized dataset; ``index``: one already read and checked, as ``repair`` rebuilds it) and one listing
+    of its files' sizes (``verify``, ``upload``; ``repair`` checks the shards it rebuilds with it)."""
     root = str(output)
     store = store_for(root, storage)
-    out = Output(root, store, _read_index(root, store))
+    out = Output(root, store, index or _read_index(root, store))
     out.sizes = store.sizes(root)       # one listing for every shard's size
     return out
 
@@ -159,7 +160,11 @@ def verify(output: str | Path, *, workers: int = 4, storage: StorageOptions | No
     (empty list: all good).  ``storage``: how to reach a remote output (default: the environment's)."""
     if not isinstance(workers, int) or workers < 1:
         raise ConfigError(f"--workers {workers!r} is invalid: must be at least 1")
-    out = open_output(output, storage)
+    return verify_output(open_output(output, storage), workers=workers)
+
+
+def verify_output(out: Output, *, workers: int = 4) -> list[ShardCheck]:
+    """``verify`` of an output already opened (``upload`` notes what it read first)."""
     with ThreadPoolExecutor(max_workers=workers) as pool:
         checks = list(pool.map(lambda e: check_shard(out, e), out.index.shards))
     _warn_unlisted(out)

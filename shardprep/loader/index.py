@@ -95,11 +95,17 @@ def _fingerprint(parts: object) -> str:
 def load_index(root: str, *, verify: bool = False, storage: StorageOptions | None = None) -> DatasetIndex:
     """Read ``root/index.json``, check it against the files next to it, and return the dataset.
 
-    Always checked: the record itself (:func:`read_index`) and that every listed shard exists with the
-    listed size.  With ``verify``: every sidecar (as when a worker opens it) and every shard's sha256.
+    Always checked: the record itself (:func:`read_index`: its fields, and that its entries are the shards
+    0..N-1 its totals add up), its agreement with the plan where job.json is beside it
+    (``job.finalize.check_against_plan``: shard count, fingerprints, tokenizer record), and that every
+    listed shard exists with the listed size.  With ``verify``: every sidecar (as when a worker opens it)
+    and every shard's sha256.
     """
+    from shardprep.job.finalize import check_against_plan
+
     root = str(root)
     rec = read_index(root, storage=storage)
+    check_against_plan(rec, root, lambda where: read_bytes(where, storage=storage))
     shards = list(rec.shards)
     fingerprint = _fingerprint([rec.format_version, rec.plan_fingerprint, rec.tokenizer_fingerprint,
                                 [[s.name, s.bytes, s.sha256] for s in shards]])

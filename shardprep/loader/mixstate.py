@@ -117,8 +117,30 @@ def resume(mix: Mixture, state: dict, epoch: int, remaining: D.Ranges) -> tuple[
     if state.get("dataset") == mix.fingerprint:
         mix.segment = segment
         return epoch, remaining
+    _refuse_changed_data(mix, old_sources, segment)
     old = _Old(old_sources, Schedule([q for *_, q in old_sources], seed=mix.schedule.seed), old_length, segment)
     return _rebase(mix, old, epoch, remaining)
+
+
+def _refuse_changed_data(mix: Mixture, old_sources: list[tuple[str, str, int]], segment: Segment) -> None:
+    """ConfigError when a source keeps its name but holds other data (re-tokenized or replaced at its path).
+
+    Why: sources are followed by their data (the index fingerprint), so such a source was taken for a new
+    one: it started over at its first row, logged as "added" beside the old one "no longer read", and the
+    rows the run had read of it meant nothing in the new data.  A change of data is not one of the mixture
+    changes adopted on resume (weights, sources added or removed, the budget); it must be said.  Renaming
+    the source in the spec says it: the new data is then an added source and starts at its first row.
+    """
+    known = {fp for _, fp, _ in old_sources} | {fp for fp, _, _ in segment.parked}
+    saved = {name: fp for name, fp, _ in old_sources}
+    for name, index in zip(mix.names, mix.indexes):
+        if name in saved and saved[name] != index.fingerprint and index.fingerprint not in known:
+            raise ConfigError(
+                f"loader state: mixture source {name!r} holds other data than when the state was saved (its "
+                f"index.json fingerprint is {index.fingerprint[:12]}, was {saved[name][:12]}: re-tokenized or "
+                f"replaced at the same path), so the rows read of it cannot be told apart from the rest",
+                hint=f"give it a new 'name' in the spec to read the new data from its first row as an added "
+                     f"source (the old {name!r} keeps its place), or start without the saved state")
 
 
 @dataclass(frozen=True)

@@ -19,11 +19,12 @@ Different id dtypes mix (the loader widens ids to the widest).
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import numbers
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
-from typing import Any, SupportsFloat, cast
+from typing import Any, Hashable, SupportsFloat, cast
 
 import numpy as np
 import orjson
@@ -36,6 +37,7 @@ from shardprep.storage.locations import StorageOptions, is_url, join, read_bytes
 SPEC_SUFFIXES = (".json", ".yaml", ".yml")
 _SPEC_KEYS = ("sources", "total_tokens", "allow_tokenizer_mismatch")
 _SOURCE_KEYS = ("name", "path", "weight")
+MAX_TOKENS = 2 ** 62        # total_tokens at most: positions (rows, documents) and draws stay within int64
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,9 @@ def mixture_spec(path: Any, *, total_tokens: int | None = None, allow_tokenizer_
     ``total_tokens`` and ``allow_tokenizer_mismatch`` given here override the spec's; a single dataset
     with ``total_tokens`` is a mixture of one (read to that budget, repeating it as needed).
     """
+    if isinstance(path, MixSpec) and not path.sources or isinstance(path, (list, tuple)) and not path:
+        raise ConfigError(f"{'sources' if isinstance(path, MixSpec) else 'path'}=[] is empty: give a finalized "
+                          f"output (directory or URL), legacy tars, or a mixture of (path, weight) pairs")
     if isinstance(path, MixSpec):
         spec = path
     elif isinstance(path, dict) or (isinstance(path, (list, tuple))            # any pair: a mixture, checked
@@ -105,19 +110,51 @@ def load_spec(location: str, *, storage: StorageOptions | None = None) -> MixSpe
         raise ConfigError(f"{location}: mixture spec file does not exist") from None
     try:
         if location.lower().endswith(".json"):
-            obj = orjson.loads(data)
+            obj = json.loads(data, object_pairs_hook=_unique_keys)
         else:
-            from shardprep._extras import require
-
-            obj = require("yaml", feature="YAML mixture specs").safe_load(data)
+            obj = _yaml_unique(data)
     except ShardprepError:
         raise
-    except Exception as e:  # orjson.JSONDecodeError, yaml.YAMLError: one line, naming the file
+    except Exception as e:  # json.JSONDecodeError, yaml.YAMLError, a duplicate key: one line, naming the file
         raise ConfigError(f"{location}: not a valid mixture spec: {str(e).splitlines()[0]}") from None
     if not isinstance(obj, dict):
         raise ConfigError(f"{location}: a mixture spec is an object with 'sources' (got {type(obj).__name__})")
     base = str(location).rsplit("/", 1)[0] if is_url(location) else str(Path(location).parent)
     return parse_spec(obj, location, base=base)
+
+
+class DuplicateKey(ValueError):
+    """A key given twice in one object of a spec file: JSON and YAML parsers keep the last value silently,
+    so a second ``weight`` would quietly replace the first.  Refused, naming the key (and its line)."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise DuplicateKey(f"duplicate key {key!r}")
+        seen[key] = value
+    return seen
+
+
+def _yaml_unique(data: bytes) -> Any:
+    """``yaml.safe_load`` with every mapping's own keys unique (merged ``<<`` keys may still be overridden)."""
+    from shardprep._extras import require
+
+    yaml = require("yaml", feature="YAML mixture specs")
+
+    class Loader(yaml.SafeLoader):  # type: ignore[name-defined]  # yaml is imported at run time
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                key = None if key_node.tag == "tag:yaml.org,2002:merge" else self.construct_object(key_node, deep)
+                if key is not None and isinstance(key, Hashable):
+                    if key in seen:
+                        raise DuplicateKey(f"duplicate key {key!r} (line {key_node.start_mark.line + 1})")
+                    seen.add(key)
+            return super().construct_mapping(node, deep)
+
+    return yaml.load(data, Loader=Loader)  # noqa: S506 - a SafeLoader
 
 
 def parse_spec(obj: dict, origin: str, *, base: str | None = None) -> MixSpec:
@@ -161,10 +198,14 @@ def _source(item: object, n: int, origin: str, base: str | None) -> MixSource:
     if not isinstance(name, str):
         raise ConfigError(f"{origin}: source {n}: name={name!r} must be a string")
     weight = item.get("weight")
-    value = float(cast(SupportsFloat, weight)) if _is_weight(weight) else math.nan
+    try:
+        value = float(cast(SupportsFloat, weight)) if _is_weight(weight) else math.nan
+    except OverflowError:        # an int beyond a float (10**400)
+        value = math.inf
     if not math.isfinite(value) or value <= 0:
         label = name or _parts(location)[-1]
-        raise ConfigError(f"{origin}: source {label!r} ({location}): weight={weight!r} is invalid: must be a number > 0")
+        raise ConfigError(f"{origin}: source {label!r} ({location}): weight={_shown(weight)} is invalid: "
+                          f"must be a number > 0")
     return MixSource(name, location, value)
 
 
@@ -186,9 +227,20 @@ def _named(sources: tuple[MixSource, ...]) -> tuple[MixSource, ...]:
             depth[i] += 1
 
 
+def _shown(value: object) -> str:
+    """``repr(value)`` for a message, a huge integer by its size rather than its digits."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10 ** 30:
+        return f"<a {len(str(abs(value)))}-digit integer>"
+    return repr(value)
+
+
 def _positive_int(value: object, key: str, origin: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 1 or int(value) != value:
-        raise ConfigError(f"{origin}: {key}={value!r} is invalid: must be a whole number >= 1")
+    """A whole number in [1, MAX_TOKENS]: a run's positions are int64, and a larger budget (``1e30``) used
+    to end in an OverflowError deep in the schedule."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 1 <= value <= MAX_TOKENS \
+            or int(value) != value:
+        shown = f"{value:.3g}" if isinstance(value, float) else _shown(value)
+        raise ConfigError(f"{origin}: {key}={shown} is invalid: must be a whole number from 1 to {MAX_TOKENS:.3g}")
     return int(value)
 
 

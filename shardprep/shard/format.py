@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 
 FORMAT_VERSION = 1          # shards, sidecars, index.json (and the plan fingerprint's body)
-PLAN_FORMAT_VERSION = 2     # job.json + plan/: 2 = per-task records in plan/ (issue 16); 1 had them inline
+PLAN_FORMAT_VERSION = 3     # job.json + plan/: 3 = always sealed (issue 31); 2 = per-task records in plan/
+                            # (issue 16), sealed only by later releases; 1 had them inline
 JOB_FILE = "job.json"
 PLAN_DIR = "plan"
 REPAIR_DIR = "repair"      # `repair` rebuilds shards in .repair.<host>.<pid>.tmp/ (job.repair)

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from shardprep.errors import InputDataError
+from shardprep.errors import IncompleteError, InputDataError
 from shardprep.records import Fields, load_json, record
-from shardprep.shard.format import DTYPES, FORMAT_VERSION, INDEX_FILE, LAYOUTS
+from shardprep.shard.format import DTYPES, FORMAT_VERSION, INDEX_FILE, LAYOUTS, shard_name, sidecar_name
 from shardprep.shard.sidecar import TOTALS, ShardTotals
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -92,7 +92,9 @@ class Index:
         }
 
     @classmethod
-    def parse(cls, data: bytes, where: str | Path) -> "Index":
+    def parse(cls, data: bytes, where: str | Path, *, check: bool = True) -> "Index":
+        """The record in ``data``; with ``check`` (every reader but ``repair``, which rebuilds a broken one)
+        also its contract (``contract_problems``): ``IndexContractError`` naming the first problem."""
         f = load_json(data, str(where), "index")
         version = f.version("format_version", FORMAT_VERSION, hint="use the shardprep release that wrote it")
         shards = tuple(IndexShard.parse(o) for o in f.objects("shards"))
@@ -101,13 +103,71 @@ class Index:
         t = f.obj_at("totals")
         totals = IndexTotals(t.int("shards"), t.int("samples"), t.int("documents"), t.int("tokens"), t.int("bytes"),
                              t.counts("skipped"))
-        return cls(
+        index = cls(
             format_version=version, created_by=f.str("created_by"), plan_fingerprint=f.str("plan_fingerprint"),
             tokenizer_fingerprint=f.str("tokenizer_fingerprint"),
             tokenizer=record(IndexTokenizer, f.obj_at("tokenizer")),
             layout=f.str("layout", choices=LAYOUTS), dtype=f.str("dtype", choices=tuple(DTYPES)),
             shards=shards, totals=totals,
         )
+        if check:
+            index.check(where)
+        return index
+
+    def check(self, where: str | Path) -> None:
+        """Refuse an index that contradicts itself (``IndexContractError``, exit 5, naming the first problem)."""
+        problems = self.contract_problems()
+        if problems:
+            raise IndexContractError(where, problems)
+
+    def contract_problems(self) -> list[str]:
+        """How this index contradicts itself (empty: it does not).
+
+        Every field may be well formed while the whole is not: an entry removed, repeated or renamed by hand
+        leaves totals and the plan saying otherwise, and a reader that trusted the list would read a subset
+        (or a shard twice).  Entries are exactly ``shard-NNNNN.tar`` (+ ``.json``) for tasks 0..N-1 in task
+        order, N = ``totals.shards``, and ``totals`` adds them up.  Its agreement with the plan (job.json,
+        where one is reachable) is ``job.finalize.plan_problems``.
+        """
+        names = [s.name for s in self.shards]
+        twice = sorted({n for n in names if names.count(n) > 1}) if len(set(names)) < len(names) else []
+        if twice:
+            return [f"field 'shards': lists {twice[0]} {names.count(twice[0])} times"]
+        if len(self.shards) != self.totals.shards:
+            return [f"field 'shards': lists {len(self.shards)} shard(s) but 'totals.shards' is {self.totals.shards}"]
+        for i, s in enumerate(self.shards):
+            if (s.name, s.sidecar) != (shard_name(i), sidecar_name(i)):
+                return [f"field 'shards[{i}]': is {s.name} ({s.sidecar}), expected {shard_name(i)} "
+                        f"({sidecar_name(i)}): shards are listed in task order, 0 to {len(self.shards) - 1}"]
+        problems = [f"field 'totals.{key}': is {getattr(self.totals, key)} but the shards add up to {total}"
+                    for key in ("samples", "documents", "tokens", "bytes")
+                    if (total := sum(getattr(s, key) for s in self.shards)) != getattr(self.totals, key)]
+        tok = self.tokenizer
+        if tok.dtype != self.dtype:
+            problems.append(f"field 'tokenizer.dtype': is {tok.dtype} but 'dtype' is {self.dtype}")
+        if tok.vocab_size < 1:
+            problems.append(f"field 'tokenizer.vocab_size': is {tok.vocab_size}, not a positive integer")
+        problems += [f"field 'tokenizer.{key}': is {v}, not an id below vocab_size {tok.vocab_size}"
+                     for key in ("eos_id", "bos_id", "pad_id")
+                     if (v := getattr(tok, key)) is not None and not 0 <= v < tok.vocab_size]
+        return problems
+
+
+class IndexContractError(IncompleteError):
+    """index.json's entries, totals or tokenizer contradict each other or the plan: the dataset it describes
+    is not the one that was finalized (exit 5, as a shard that does not verify).  ``repair`` rebuilds it."""
+
+    def __init__(self, where: str | Path, problems: list[str]) -> None:
+        from shardprep.storage.locations import is_url, split
+
+        self.problems = problems
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        root = split(where)[0]
+        super().__init__(f"{where}: {problems[0]}{more}: the index does not describe the dataset that was "
+                         f"finalized",
+                         hint="rebuild it with `shardprep repair DIR` in the output directory this copy was "
+                              "uploaded from, then upload it again" if is_url(where) else
+                              f"`shardprep repair {root}` rebuilds it from the plan and the checked sidecars")
 
 
 def read_index(root: str | Path, *, storage: StorageOptions | None = None) -> Index:

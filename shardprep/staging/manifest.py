@@ -19,11 +19,12 @@ import time
 from dataclasses import asdict, dataclass
 from datetime import date
 from pathlib import Path
-from typing import Any, BinaryIO, Iterable, Sequence
+from typing import IO, Any, Iterable, Sequence
 
 import orjson
 
 from shardprep.storage.atomic import atomic_writer, write_json_atomic
+from shardprep.storage.nofollow import open_file, real_dir
 from shardprep.storage.s3 import S3Location, list_objects
 
 log = logging.getLogger(__name__)
@@ -77,7 +78,7 @@ def write_manifest(dest: Path, *, source: str, include: Sequence[str], exclude: 
     rows = [{"key": o.key, "path": rel, "size": o.size, "etag": o.etag, "last_modified": o.last_modified}
             for o, rel in objects]
     state = dest / STATE_DIR
-    state.mkdir(parents=True, exist_ok=True)
+    real_dir(state, parents=True)
     target = state / MANIFEST_NAME
     write_json_atomic(target, {
         "source": source,
@@ -122,7 +123,7 @@ class VerifiedJournal:
     def __init__(self, dest: Path):
         self.path = dest / STATE_DIR / JOURNAL_NAME
         self._lock = threading.Lock()
-        self._file: BinaryIO | None = None
+        self._file: IO[bytes] | None = None
 
     def load(self) -> dict[str, VerifiedCopy]:
         """The latest record per key; unreadable lines (a torn write from a killed run) are skipped."""
@@ -144,8 +145,8 @@ class VerifiedJournal:
         line = orjson.dumps(asdict(record)) + b"\n"
         with self._lock:
             if self._file is None:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                self._file = open(self.path, "ab")
+                real_dir(self.path.parent, parents=True)
+                self._file = open_file(self.path, "ab")     # never appended through a planted link
             self._file.write(line)
             self._file.flush()
 

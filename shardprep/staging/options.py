@@ -53,6 +53,10 @@ class StageOptions:
                            ("--region", self.client.region)):
             if value:
                 argv += [opt, value]
+        default = type(self.client)()
+        for opt, name in (("--connect-timeout", "connect_timeout"), ("--read-timeout", "read_timeout")):
+            if getattr(self.client, name) != getattr(default, name):
+                argv += [opt, str(getattr(self.client, name))]
         if self.engine != "builtin":
             argv += ["--engine", self.engine]
         if self.layout is None:

@@ -45,8 +45,9 @@ from shardprep.staging.options import StageOptions
 from shardprep.staging.plan import StageItem, StagePlan, plan_stage
 from shardprep.staging.ranged import fetch_ranges, range_size_for_parts, stream_into, upload_part_size
 from shardprep.staging.summary import TransferSummary, progress_bar
-from shardprep.storage.atomic import fsync_dir, is_temp_name, start_writeback, temp_name_for
+from shardprep.storage.atomic import fsync_dir, is_temp_name, no_space_error, start_writeback, temp_name_for
 from shardprep.storage.lustre import prepare_output_dir
+from shardprep.storage.nofollow import fresh_file_fd
 from shardprep.storage.s3 import describe_client_error, make_client
 
 log = logging.getLogger(__name__)
@@ -106,16 +107,19 @@ class _Stager:
             self.summary.add_skipped(item.obj.size)
         self.remove_dead_temporaries()
         pool = ThreadPoolExecutor(self.options.concurrency, thread_name_prefix="stage")
+        full: Exception | None = None     # the first object that found the disk full (DiskFull, exit 8)
         try:
             futures = self._submit_all(pool)
             for fut in as_completed(futures):
                 item = futures[fut]
                 try:
                     fut.result()
-                except Exception as e:  # one object failing must not stop the others
-                    reason = _reason(e)
-                    log.warning("failed %s: %s", item.obj.key, reason)
-                    self.summary.add_failed(item.obj.key, reason)
+                except Exception as e:  # one object failing must not stop the others (but a full disk does)
+                    full = full or self._stop_if_disk_full(item, e, futures)
+                    if full is None:
+                        reason = _reason(e)
+                        log.warning("failed %s: %s", item.obj.key, reason)
+                        self.summary.add_failed(item.obj.key, reason)
         finally:
             # On Ctrl-C: drop queued objects and ranges instead of finishing the whole stage first (an
             # object whose ranges are stopped fails and its temporary file is removed).
@@ -129,7 +133,22 @@ class _Stager:
                 with contextlib.suppress(FileNotFoundError):
                     fsync_dir(d)
             self.journal.compact()
+        if full is not None:
+            raise full
         return self.summary.finish()
+
+    def _stop_if_disk_full(self, item: StageItem, exc: Exception,
+                           futures: dict[Future, StageItem]) -> Exception | None:
+        """A one-line ``DiskFull`` (exit 8) when ``exc`` is a full disk or quota, after stopping the rest:
+        every object after it would fail the same way, each with a raw ``OSError`` (it was exit 7)."""
+        full = no_space_error(self.options.dest / item.relative, exc, cleanup=(
+            f"its temporary file was removed; the {self.summary.files} object(s) staged so far are verified "
+            f"and kept, and the same command fetches only the rest"))
+        if full is not None:
+            self._stop.set()
+            for fut in futures:
+                fut.cancel()
+        return full
 
     def _submit_all(self, pool: ThreadPoolExecutor) -> dict[Future, StageItem]:
         """Submit every object ours to fetch, the smallest one below the multipart threshold first and
@@ -173,7 +192,7 @@ class _Stager:
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = temp_name_for(target)
         try:
-            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o666)   # RDWR: the whole-MD5 reads back
+            fd = fresh_file_fd(tmp, os.O_RDWR)   # RDWR: the whole-MD5 reads back; never through a planted link
             md5: str | None
             try:
                 if obj.size < self.options.multipart_threshold:

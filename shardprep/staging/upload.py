@@ -14,8 +14,14 @@ index never finds it pointing at missing shards.  If anything else failed the in
 Another dataset at the prefix (``staging.published``): refused, or with ``replace`` its index.json is
 deleted before anything is uploaded and its leftover files after the new index.json is up.
 
-What was sent is what was meant: before a shard goes up its bytes are hashed and compared with the
-sha256 its sidecar recorded (a shard modified or corrupted since its task wrote it is not uploaded), and
+Only what verifies is published: a directory holding a shardprep dataset (its index.json, or its job.json)
+is checked first as ``shardprep verify`` checks it (``job.verify``: index.json against itself and the
+plan, every listed shard re-hashed and walked against its sidecar), and one that does not verify is
+refused before anything is sent (exit 5, naming the first bad shards).  Those files then go up only while
+their identity is the one they had when they were verified.
+
+What was sent is what was meant: before a shard outside such a dataset goes up its bytes are hashed and
+compared with the sha256 its sidecar recorded (a shard modified or corrupted since its task wrote it is not uploaded), and
 every file's identity (inode, size, mtime, ctime) is taken before its upload and compared after it.  A file
 that changed meanwhile may have gone up as a mix of old and new bytes: that object is deleted again and
 the file counts as failed, so index.json is not uploaded either (exit 7, naming the file).
@@ -23,15 +29,18 @@ the file counts as failed, so index.json is not uploaded either (exit 7, naming 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
-from shardprep.errors import ConfigError, InputDataError, RecordError, TransferError
-from shardprep.shard.format import SHARD_RE
+import orjson
+
+from shardprep.errors import ConfigError, IncompleteError, InputDataError, RecordError, TransferError
+from shardprep.shard.format import INDEX_FILE, JOB_FILE, SHARD_RE
 from shardprep.staging.integrity import VerificationFailed, verify_download
 from shardprep.staging.manifest import RemoteObject, list_prefix, matches_filters
 from shardprep.staging.published import Published, inspect_prefix, refuse_or_announce
@@ -88,6 +97,7 @@ class UploadPlan:
     todo: list[UploadItem]
     skipped: list[UploadItem]
     published: Published = field(default_factory=Published)   # what --replace deletes (first, last)
+    verified: dict[Path, FileIdentity] = field(default_factory=dict)   # the dataset's files as verify read them
 
     @property
     def todo_bytes(self) -> int:
@@ -131,10 +141,17 @@ def sidecar_sha256(path: Path) -> str | None:
         return None
 
 
-def check_before_upload(item: "UploadItem") -> FileIdentity | str:
-    """The identity to compare after the upload, or the reason (a string) not to upload the file at all."""
+def check_before_upload(item: "UploadItem", verified: Mapping[Path, FileIdentity] | None = None) -> FileIdentity | str:
+    """The identity to compare after the upload, or the reason (a string) not to upload the file at all.
+
+    A file of a verified dataset (``verified``: its identity when verify read it) must still be that file;
+    any other shard is hashed here against its sidecar."""
     try:
         before = FileIdentity.of(item.path)
+        if verified and item.path in verified:
+            was = verified[item.path]
+            return before if before == was else (f"{item.path} changed after it was verified ({was.change(before)}); "
+                                                 f"not uploaded")
         expected = sidecar_sha256(item.path)
         if expected is not None and sha256_file(item.path) != expected:
             return (f"sha256 of {item.path} differs from its sidecar {item.path.with_suffix('.json').name} "
@@ -142,6 +159,48 @@ def check_before_upload(item: "UploadItem") -> FileIdentity | str:
     except OSError as e:
         return f"cannot read {item.path}: {e.strerror}"
     return before
+
+
+def is_dataset(source: Path) -> bool:
+    """Does ``source`` hold a shardprep dataset (checked before its index.json is uploaded)?  Its index.json
+    unless that is a JSON object another tool wrote (a torn one counts as ours), or a shardprep job.json
+    beside it: ``upload`` also copies other directories (raw inputs) as they are."""
+    from shardprep.inputs.discover import is_plan_bytes
+
+    try:
+        index = (source / INDEX_FILE).read_bytes()
+    except OSError:         # none (or not a file): nothing is published as a dataset
+        return False
+    try:
+        record = orjson.loads(index)
+        ours = isinstance(record, dict) and str(record.get("created_by", "")).startswith("shardprep")
+    except orjson.JSONDecodeError:      # torn: never published as it is
+        ours = True
+    with contextlib.suppress(OSError):
+        ours = ours or is_plan_bytes((source / JOB_FILE).read_bytes())
+    return ours
+
+
+def verify_dataset(source: Path, files: list[tuple[Path, str]]) -> dict[Path, FileIdentity]:
+    """Check the dataset in ``source`` as ``shardprep verify`` does, before anything is sent: the identity of
+    every file it read, taken before it read them; refused in one line (exit 5) when it does not verify."""
+    from shardprep.job.verify import open_output, verify_output
+
+    before = {}
+    for p, _ in files:
+        with contextlib.suppress(OSError):      # gone since it was listed: its own upload says so
+            before[p] = FileIdentity.of(p)
+    out = open_output(source)           # torn, or not the finalized dataset: IncompleteError (exit 5)
+    read = [INDEX_FILE, JOB_FILE] + [n for s in out.index.shards for n in (s.name, s.sidecar)]
+    identities = {source / n: before[source / n] for n in read if source / n in before}
+    bad = verify_output(out)
+    if bad:
+        first = "; ".join(f"{c.name}: {', '.join(c.problems)}" for c in bad[:3])
+        raise IncompleteError(f"{source} does not verify ({len(bad)} bad shard(s): {first}"
+                              f"{'; ...' if len(bad) > 3 else ''}): nothing was uploaded",
+                              hint=f"`shardprep repair {source}` rebuilds them from the frozen plan; then upload "
+                                   f"again")
+    return identities
 
 
 def local_files(root: Path, include: tuple[str, ...], exclude: tuple[str, ...]) -> list[tuple[Path, str]]:
@@ -189,6 +248,8 @@ def plan_upload(options: UploadOptions, client: Any) -> UploadPlan:
     if not any(Path(rel).name in LAST_NAMES for _, rel in files):
         log.warning("%s has no index.json: readers will not see a finished dataset (run finalize first?)",
                     options.source)
+    publishes = any(rel == INDEX_FILE for _, rel in files) and is_dataset(options.source)
+    verified = verify_dataset(options.source, files) if publishes else {}
     try:
         remote = {o.key: o for o in list_prefix(client, loc.bucket, loc.prefix)}
     except (BotoCoreError, ClientError) as e:
@@ -215,7 +276,7 @@ def plan_upload(options: UploadOptions, client: Any) -> UploadPlan:
     return UploadPlan(loc.bucket,
                       todo=[i for i, s in zip(items, same) if not s],
                       skipped=[i for i, s in zip(items, same) if s],
-                      published=published if options.replace else Published())
+                      published=published if options.replace else Published(), verified=verified)
 
 
 def upload_directory(options: UploadOptions, *, client: Any = None) -> TransferSummary:
@@ -260,7 +321,7 @@ def run_upload(options: UploadOptions, client: Any, plan: UploadPlan) -> Transfe
                     break
                 _upload_batch(batch, checks, summary, lambda item: tm.upload(
                     str(item.path), plan.bucket, item.key, extra_args=extra, subscribers=[_Progress()]),
-                    lambda item: _delete_quietly(client, plan.bucket, item.key))
+                    lambda item: _delete_quietly(client, plan.bucket, item.key), plan.verified)
     finally:
         tm.shutdown()
         bar.close()
@@ -273,13 +334,14 @@ def run_upload(options: UploadOptions, client: Any, plan: UploadPlan) -> Transfe
 
 
 def _upload_batch(batch: list[UploadItem], checks: ThreadPoolExecutor, summary: TransferSummary,
-                  upload: Any, delete: Any) -> None:
-    """Check each file (sidecar sha256), upload it, then confirm it did not change while it went up.
+                  upload: Any, delete: Any, verified: Mapping[Path, FileIdentity]) -> None:
+    """Check each file (unchanged since verified, or its sidecar's sha256), upload it, then confirm it did not
+    change while it went up.
 
     Checks run in parallel and each upload starts as soon as its check passed; a file that changed during
     its upload is deleted from the destination again (``delete``) and counted as failed.
     """
-    pending = {checks.submit(check_before_upload, item): item for item in batch}
+    pending = {checks.submit(check_before_upload, item, verified): item for item in batch}
     started = []
     for fut in as_completed(pending):
         item = pending[fut]

@@ -4,7 +4,9 @@
 job.json, tokenizer.json, index.json, jobs.json, reports, exported files and stage's journal are written,
 so "nothing half-written under a final name" is one piece of code.  Two writers keep their own steps on
 purpose: ``stage`` verifies a download between its fsync and its rename (``staging/stage.py``), and the
-plan directory is built under a temporary name and renamed whole (``job/plan.py``).
+plan directory is built under a temporary name and renamed whole (``job/plan.py``).  The temporary name is
+created new, never through a link planted there (``storage/nofollow.py``); the final rename replaces a
+link at the target name rather than writing through it.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from pathlib import Path
 from typing import IO, Any, Iterator
 
 import orjson
+
+from shardprep.storage.nofollow import fresh_file_fd
 
 
 def temp_name_for(target: Path) -> Path:
@@ -134,6 +138,17 @@ def discard_temp(f: IO[bytes], tmp: Path) -> None:
         tmp.unlink()
 
 
+def _create_temp(tmp: Path, buffering: int) -> IO[bytes]:
+    """Create the temporary file ``tmp`` as a new file, never through a link planted at its predictable name
+    (``storage/nofollow.fresh_file_fd``)."""
+    fd = fresh_file_fd(tmp)
+    try:
+        return os.fdopen(fd, "wb", buffering=buffering)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 class AtomicFile:
     """A file written under a hidden temporary name beside ``target`` (:func:`temp_name_for`): ``file`` to
     write, :meth:`commit` to publish it (flush, fsync, rename to ``target``, fsync the directory),
@@ -142,7 +157,7 @@ class AtomicFile:
     def __init__(self, target: Path, *, buffering: int = 1 << 20):
         self.target = Path(target)
         self.tmp = temp_name_for(self.target)
-        self.file: IO[bytes] = open(self.tmp, "wb", buffering=buffering)
+        self.file: IO[bytes] = _create_temp(self.tmp, buffering)
         self._open = True
 
     def fileno(self) -> int:

@@ -39,6 +39,7 @@ from typing import Iterator
 
 from shardprep.errors import ConfigError, EnvironmentProblem, OutputInUseError
 from shardprep.storage.atomic import no_space_error
+from shardprep.storage.nofollow import open_fd
 
 log = logging.getLogger(__name__)
 
@@ -278,7 +279,7 @@ def _write_failed(path: Path, e: OSError) -> Exception:
 
 def _open(path: Path, flags: int) -> int:
     try:
-        return os.open(path, flags | getattr(os, "O_CLOEXEC", 0), 0o644)
+        return open_fd(path, flags, 0o644)    # never through a link planted there (PlantedLinkError, exit 4)
     except (FileExistsError, FileNotFoundError):
         raise
     except OSError as e:

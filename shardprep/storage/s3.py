@@ -102,12 +102,16 @@ class ClientOptions:
     region: str | None = None
     max_attempts: int = 5
     max_pool_connections: int = 64
+    # seconds per attempt: botocore's 60 s made an endpoint that never answers cost a plan 10 min (issue 31)
     connect_timeout: float = 10.0
-    read_timeout: float = 60.0
+    read_timeout: float = 20.0
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
             raise ConfigError(f"--max-attempts must be at least 1 (got {self.max_attempts})")
+        for flag, seconds in (("--connect-timeout", self.connect_timeout), ("--read-timeout", self.read_timeout)):
+            if not seconds > 0:
+                raise ConfigError(f"{flag} must be more than 0 seconds (got {seconds})")
         if self.endpoint_url is not None and not re.match(r"^https?://", self.endpoint_url):
             raise ConfigError(f"--endpoint-url must start with http:// or https:// (got {self.endpoint_url!r})")
 
@@ -189,13 +193,13 @@ def describe_client_error(exc: BaseException, *, what: str) -> str:
 
 def transfer_error(exc: BaseException, *, what: str) -> TransferError:
     """Turn a botocore exception into a :class:`TransferError` with a useful hint."""
-    from botocore.exceptions import EndpointConnectionError, NoCredentialsError
+    from botocore.exceptions import EndpointConnectionError, NoCredentialsError, ReadTimeoutError
 
     hint = None
     if isinstance(exc, NoCredentialsError):
         hint = "configure credentials via AWS_PROFILE/--profile, environment variables or an instance role"
-    elif isinstance(exc, EndpointConnectionError):
-        hint = "check --endpoint-url and the network"
+    elif isinstance(exc, (EndpointConnectionError, ReadTimeoutError)):
+        hint = "check --endpoint-url (or AWS_ENDPOINT_URL) and the network; a slow endpoint: raise --read-timeout"
     return TransferError(describe_client_error(exc, what=what), hint=hint)
 
 
@@ -207,6 +211,7 @@ def error_code(exc: BaseException) -> str:
 
 _MISSING = ("NoSuchKey", "NoSuchBucket", "404", "NotFound")
 BODY_RETRY_MAX_DELAY = 1.0     # seconds; the one repeat of a request whose body broke waits rand() * this
+SLOW_ANSWER_S = 5.0            # a listing with no answer for this long says which endpoint it waits for
 
 
 # -- reads (the loader: index.json, sidecars, ranged shard reads, listings, sha256) -------------------------
@@ -289,15 +294,50 @@ def sha256_object(client: Any, obj: S3Object, *, block: int = 8 << 20) -> str:
     return get_body(client, obj, lambda body: sha256_reader(body, block=block), what=f"{obj.url}: GET")
 
 
+class AnswerWatch:
+    """Says once, while a listing waits more than ``after`` seconds for an answer, which endpoint it waits for.
+
+    Why (issue 31): an endpoint that accepts connections and never answers kept ``plan`` silent until the
+    last attempt timed out.  ``answered()`` after each page restarts the wait: a long listing that is
+    answering is not slow.  A daemon thread per listing (never per read)."""
+
+    def __init__(self, client: Any, what: str, after: float = SLOW_ANSWER_S):
+        self.client, self.what, self.config = client, what, client.meta.config
+        self.after = min(after, self.config.read_timeout / 2)
+        self._last, self._done = time.monotonic(), threading.Event()
+
+    def __enter__(self) -> "AnswerWatch":
+        threading.Thread(target=self._watch, name="shardprep-s3-watch", daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+
+    def answered(self) -> None:  # a page came: the next one has its own ``after`` seconds
+        self._last = time.monotonic()
+
+    def _watch(self) -> None:
+        while not self._done.wait(max(0.0, self._last + self.after - time.monotonic())):
+            if time.monotonic() - self._last >= self.after:
+                attempts = (self.config.retries or {}).get("total_max_attempts", "?")
+                log.warning("waiting for S3 endpoint %s (%s): no answer yet after %g s; each of %s attempt(s) "
+                            "waits up to %g s (--max-attempts, --read-timeout)", self.client.meta.endpoint_url,
+                            self.what, self.after, attempts, self.config.read_timeout)
+                return
+
+
 def list_objects(client: Any, loc: S3Location, *, delimiter: str | None = None) -> Iterator[dict[str, Any]]:
-    """The listing entries under ``loc`` (all pages of ListObjectsV2, in key order).
+    """The listing entries under ``loc`` (all pages of ListObjectsV2, in key order; :class:`AnswerWatch`).
 
     With ``delimiter="/"`` only the objects directly under the prefix.  Errors are botocore's (callers
     decide what a failed listing means; wrap in :func:`s3_errors` for the usual mapping).
     """
     kwargs = {"Delimiter": delimiter} if delimiter else {}
-    for page in client.get_paginator("list_objects_v2").paginate(Bucket=loc.bucket, Prefix=loc.prefix, **kwargs):
-        yield from page.get("Contents", ())
+    pages = client.get_paginator("list_objects_v2").paginate(Bucket=loc.bucket, Prefix=loc.prefix, **kwargs)
+    with AnswerWatch(client, f"listing {loc.url}") as watch:
+        for page in pages:
+            watch.answered()
+            yield from page.get("Contents", ())
 
 
 def object_sizes(client: Any, loc: S3Location) -> dict[str, int]:

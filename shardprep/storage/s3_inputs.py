@@ -12,6 +12,7 @@ from typing import Any, Iterator
 
 from shardprep.storage.objects import READS, ObjectChanged, ObjectInfo, compare, identity_parts, identity_text
 from shardprep.storage.s3 import (
+    AnswerWatch,
     ClientOptions,
     S3Location,
     list_objects,
@@ -28,11 +29,15 @@ def _object_info(url: str, size: int, modified: Any, etag: str | None, version: 
 
 
 def _versioned(client: Any, bucket: str) -> bool:
-    """Whether the bucket keeps versions (then VersionIds are frozen too); False when we may not ask."""
-    from botocore.exceptions import BotoCoreError, ClientError
+    """Whether the bucket keeps versions (then VersionIds are frozen too); False when we may not ask.  An
+    endpoint that cannot be reached or does not answer is an error here: the listing would wait as long again."""
+    from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError, HTTPClientError
 
     try:
-        return client.get_bucket_versioning(Bucket=bucket).get("Status") in ("Enabled", "Suspended")
+        with AnswerWatch(client, f"asking s3://{bucket} whether it keeps versions"):
+            return client.get_bucket_versioning(Bucket=bucket).get("Status") in ("Enabled", "Suspended")
+    except (EndpointConnectionError, HTTPClientError):     # HTTPClientError: read timeouts, dropped connections
+        raise
     except (BotoCoreError, ClientError):
         return False
 

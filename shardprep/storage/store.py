@@ -70,14 +70,23 @@ class RemoteStore(Store, Protocol):
 
 
 def exact(data: bytes, where: str, offset: int, size: int) -> bytes:
-    """``data`` if it is the ``size`` bytes asked for at ``offset``; else ``EOFError`` saying why.
+    """``data`` if it is the ``size`` bytes asked for at ``offset``; else an error saying why.
 
-    One check for every store: more bytes than asked means the server ignored the range (a silent full
-    download must never pass as a ranged read), fewer means the file is shorter than its reader thinks.
+    One check for every store: fewer bytes than asked means the file is shorter than its reader thinks
+    (``EOFError``: its callers say "truncated" or "shorter than planned").  More means the server ignored
+    the ``Range`` header (an HTTP 200 with the whole file instead of a 206): a silent full download must
+    never pass as a ranged read, and neither the file nor its plan is at fault, so it is a ``TransferError``
+    naming the server's behaviour (it used to reach people as a file "shorter than planned" or "truncated").
     """
-    if len(data) != size:
-        what = "the server ignored the range request" if len(data) > size else "truncated"
-        raise EOFError(f"{where}: {what}: wanted {size} bytes at offset {offset}, got {len(data)}")
+    if len(data) > size:
+        from shardprep.errors import TransferError  # lazily: this module is a leaf (shard/reader.py's import)
+
+        raise TransferError(f"{where}: the server ignored the Range request: asked for {size} bytes at offset "
+                            f"{offset}, got {len(data)} (an HTTP 200 with the whole file instead of a 206)",
+                            hint="serve the files from a server that answers Range requests (object stores "
+                                 "and most web servers do; Python's http.server does not), or copy them here")
+    if len(data) < size:
+        raise EOFError(f"{where}: truncated: wanted {size} bytes at offset {offset}, got {len(data)}")
     return data
 
 

@@ -32,7 +32,7 @@ OTHER_SETTINGS = ("GOOGLE_APPLICATION_CREDENTIALS", "GOOGLE_CLOUD_PROJECT", "STO
 OTHER_SECRETS = ("AZURE_STORAGE_CONNECTION_STRING", "AZURE_STORAGE_ACCOUNT_KEY", "AZURE_STORAGE_SAS_TOKEN",
                  "AZURE_CLIENT_SECRET")
 # fsspec's own configuration (FSSPEC_<PROTOCOL>_<OPTION>): passed unless the option names a secret
-_FSSPEC = re.compile(r"^FSSPEC_[A-Z0-9]+_[A-Z0-9_]+$")
+_FSSPEC = re.compile(r"FSSPEC_[A-Z0-9]+_[A-Z0-9_]+")     # fullmatch: no newline in a name
 _SECRET_WORDS = re.compile(r"KEY|SECRET|TOKEN|PASSWORD|CONNECTION_STRING|SAS|CREDENTIAL")
 
 # Where a job can find AWS credentials without the environment keys (a profile, web identity, a container).
@@ -50,7 +50,7 @@ def _credential_files(environ: Mapping[str, str]) -> list[Path]:
 def store_environment(environ: Mapping[str, str]) -> dict[str, str]:
     """The settings of ``environ`` a job may be given to reach object stores (no secrets; see above)."""
     env = {k: environ[k] for k in (*AWS_SETTINGS, *OTHER_SETTINGS) if environ.get(k)}
-    env.update({k: v for k, v in environ.items() if v and _FSSPEC.match(k) and not _SECRET_WORDS.search(k[7:])})
+    env.update({k: v for k, v in environ.items() if v and _FSSPEC.fullmatch(k) and not _SECRET_WORDS.search(k[7:])})
     if any(environ.get(k) for k in AWS_SECRETS):
         elsewhere = (any(environ.get(k) for k in AWS_OTHER_SOURCES)
                      or any(f.is_file() and str(f) != os.devnull for f in _credential_files(environ)))
@@ -59,7 +59,7 @@ def store_environment(environ: Mapping[str, str]) -> dict[str, str]:
                     "" if elsewhere else ": no ~/.aws credentials or config file and no AWS_PROFILE were found, "
                     "so unless the compute nodes have an instance role the job cannot authenticate (put the "
                     "keys in ~/.aws/credentials, e.g. with `aws configure`)")
-    left = [k for k in environ if environ[k] and (k in OTHER_SECRETS or (_FSSPEC.match(k) and k not in env))]
+    left = [k for k in environ if environ[k] and (k in OTHER_SECRETS or (_FSSPEC.fullmatch(k) and k not in env))]
     if left:
         log.warning("%s not passed to the Slurm job (secrets are never written into its script): the job "
                     "authenticates as the compute node does (a service-account file, a managed or workload "

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 from shardprep.job.state import format_array_ranges, parse_array_ranges
 from shardprep.records import Fields, load_json, record
 from shardprep.storage.atomic import write_json_atomic
+from shardprep.storage.nofollow import real_dir
 
 if TYPE_CHECKING:
     from shardprep.executor.slurm.options import SlurmOptions
@@ -153,7 +154,7 @@ def last_submission(output: Path) -> Submission | None:
 
 def write_submissions(output: Path, submissions: list[Submission]) -> None:
     path = jobs_path(output)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    real_dir(path.parent, parents=True)      # OUTPUT/slurm: never a link planted there (storage/nofollow.py)
     write_json_atomic(path, {"submissions": [s.to_dict() for s in submissions]})
 
 

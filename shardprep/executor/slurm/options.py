@@ -27,8 +27,10 @@ RESERVED_SBATCH_OPTIONS = frozenset({
     "--time", "-t", "--mem", "--constraint", "-C", "--nodes", "-N", "--ntasks", "-n",
 })
 
-_SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.,:@+=/%|&!*()\[\]\-]+$")   # no spaces, quotes, $, `, ;, #
-_MEM = re.compile(r"^[1-9][0-9]*([KMGT]B?)?$", re.IGNORECASE)
+# Matched whole (``fullmatch``: ``$`` alone would let a final newline through into an #SBATCH line)
+_SAFE_VALUE = re.compile(r"[A-Za-z0-9_.,:@+=/%|&!*()\[\]\-]+")   # no spaces, quotes, $, `, ;, #
+_MEM = re.compile(r"[1-9][0-9]*([KMGT]B?)?", re.IGNORECASE)
+_OPTION_NAME = re.compile(r"-{1,2}[A-Za-z][A-Za-z0-9_-]*")
 TIME_FORMS = "MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS"
 
 
@@ -65,12 +67,24 @@ def parse_slurm_time(text: str) -> int | None:
     return ((days * 24 + h) * 60 + m) * 60 + s
 
 
+def refuse_control_characters(option: str, value: str) -> None:
+    """ConfigError naming ``option`` when ``value`` holds a newline, NUL or other control character.
+
+    Why: every Slurm option ends up on one ``#SBATCH`` line of a bash script; a newline would end the
+    line there and make the rest a shell command that the job runs (issue 31)."""
+    bad = sorted({c for c in value if ord(c) < 32 or 127 <= ord(c) < 160})
+    if bad:
+        raise ConfigError(f"{option} {value!r}: contains {', '.join(repr(c) for c in bad)}; "
+                          "an sbatch option is one line without control characters")
+
+
 def normalize_extra_line(line: str) -> str:
     """One free-form sbatch option in a canonical form, or ConfigError naming ``--sbatch-extra``.
 
     Accepted: ``#SBATCH --gres=gpu:1``, ``--gres=gpu:1``, ``--gres gpu:1`` and ``gres=gpu:1`` (the last
     spares the ``--sbatch-extra=--x`` spelling a command-line parser needs for values that start with a dash).
     """
+    refuse_control_characters("--sbatch-extra", line)
     text = line.strip()
     if text.startswith("#SBATCH"):
         text = text[len("#SBATCH"):].strip()
@@ -78,7 +92,7 @@ def normalize_extra_line(line: str) -> str:
         text = "--" + text
     name, _, value = text.partition(" ")
     value = value.strip()
-    if not name.lstrip("-") or any(c.isspace() for c in value) or not re.match(r"^-{1,2}[A-Za-z]", name):
+    if any(c.isspace() for c in value) or not _OPTION_NAME.fullmatch(name.split("=", 1)[0]):
         raise ConfigError(f"--sbatch-extra {line!r}: give one sbatch option such as 'exclusive', "
                           "'gres=gpu:1' or '#SBATCH --gres=gpu:1'")
     if value:
@@ -113,13 +127,18 @@ class SlurmOptions:
     max_requeues: int = DEFAULT_MAX_REQUEUES       # requeues after a pre-timeout stop; then the task fails
 
     def __post_init__(self) -> None:
-        for opt, value in (("--partition", self.partition), ("--account", self.account),
-                           ("--qos", self.qos), ("--constraint", self.constraint),
-                           ("--job-name", self.job_name)):
-            if value is not None and not _SAFE_VALUE.match(value):
+        names = (("--partition", self.partition), ("--account", self.account), ("--qos", self.qos),
+                 ("--constraint", self.constraint), ("--job-name", self.job_name))
+        for opt, value in (*names, ("--time", self.time), ("--mem", self.mem)):
+            if isinstance(value, str):
+                refuse_control_characters(opt, value)
+        for opt, value in names:
+            if value is not None and not _SAFE_VALUE.fullmatch(value):
                 raise ConfigError(f"{opt} {value!r}: use letters, digits and _ . , : @ + = / % | & ! * ( ) [ ] -")
         if self.time is not None:
             try:
+                if any(c.isspace() for c in self.time):
+                    raise ValueError(self.time)
                 seconds = parse_slurm_time(self.time)
             except ValueError:
                 raise ConfigError(f"--time {self.time!r} is not a Slurm time; use {TIME_FORMS}") from None
@@ -130,7 +149,7 @@ class SlurmOptions:
                     f"--signal-seconds {self.signal_seconds} is not shorter than --time {self.time} "
                     f"({seconds} s): the stop signal would arrive as the task starts",
                     hint="lower --signal-seconds or raise --time")
-        if self.mem is not None and not _MEM.match(self.mem):
+        if self.mem is not None and not _MEM.fullmatch(self.mem):
             raise ConfigError(f"--mem {self.mem!r}: use a size such as 16G, 4000M or 16000 (MB)")
         if not isinstance(self.cpus_per_task, int) or self.cpus_per_task < 1:
             raise ConfigError(f"--cpus-per-task {self.cpus_per_task!r} must be a positive integer")

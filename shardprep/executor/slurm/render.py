@@ -15,6 +15,7 @@ only writes the script of one planned array (index i runs task ``offset + i``) a
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import sys
 from importlib import resources
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from shardprep.errors import ConfigError
-from shardprep.executor.slurm.options import SlurmOptions
+from shardprep.executor.slurm.options import SlurmOptions, refuse_control_characters
 from shardprep.executor.slurm.submission import PlannedArray
 from shardprep.job.resources import NUMPY_THREADS_ENV, no_blas_threads
 
@@ -30,6 +31,7 @@ SBATCH_MARKER = "# @SHARDPREP_SBATCH@"
 ENV_MARKER = "# @SHARDPREP_ENV@"
 TEMPLATES = ("tokenize", "finalize", "stage", "train")
 DEFAULT_MAX_ARRAY_SIZE = 1001                   # Slurm's default MaxArraySize
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 TASK_LOG_PATTERN = "%A_%a.out"                  # under OUTPUT/logs; %a is the array index, not the task
 # Variables copied from the submitting environment when set: what a python process needs to start,
 # and the tokenizer and numpy thread knobs.  Everything else (tokens, keys, proxies, HOME-specific config)
@@ -46,10 +48,24 @@ def template_text(name: str) -> str:
     return resources.files("shardprep").joinpath("templates").joinpath(f"{name}.sbatch").read_text(encoding="utf-8")
 
 
+def export_lines(env: Mapping[str, str]) -> list[str]:
+    """``export NAME='value'`` lines for ``env``: each value shell-quoted (``shlex.quote`` leaves plain paths
+    as they are), each name checked, so a value is only ever that value and never a command (issue 31)."""
+    bad = [k for k in env if not _ENV_NAME.fullmatch(k)]
+    if bad:
+        raise ConfigError(f"environment variable name {bad[0]!r} cannot be exported by a batch script")
+    return [f"export {k}={shlex.quote(str(v))}" for k, v in env.items()]
+
+
 def render(template: str, directives: Sequence[str], env: Mapping[str, str]) -> str:
-    """Fill the marker lines of ``template``: ``#SBATCH`` lines for ``directives``, exports for ``env``."""
+    """Fill the marker lines of ``template``: ``#SBATCH`` lines for ``directives``, exports for ``env``.
+
+    A directive is one line or nothing: a newline in it would make the rest a shell command of the job
+    (``SlurmOptions`` refuses such values first; this is the last check before a script is written)."""
+    for d in directives:
+        refuse_control_characters(f"#SBATCH {d.split('=', 1)[0]}", d)
     sbatch_lines = [f"#SBATCH {d}" for d in directives]
-    env_lines = [f"export {k}={shlex.quote(str(v))}" for k, v in env.items()]
+    env_lines = export_lines(env)
     out: list[str] = []
     seen = {SBATCH_MARKER: False, ENV_MARKER: False}
     for line in template.splitlines():

@@ -34,6 +34,8 @@ from shardprep.executor.slurm.render import (
 from shardprep.executor.slurm.submission import PlannedArray, SubmissionPlan
 from shardprep.job.state import format_array_ranges
 from shardprep.shard.format import LOG_DIR
+from shardprep.storage.atomic import atomic_writer
+from shardprep.storage.nofollow import real_dir
 
 log = logging.getLogger(__name__)
 
@@ -75,13 +77,14 @@ class SlurmExecutor(SlurmLauncher):
         if dry_run:
             return LaunchReport(self.name, list(task_ids), scripts=self._dry_run_text(output, plan))
         recorder = self.recorder(launch)
-        (output / LOG_DIR).mkdir(parents=True, exist_ok=True)   # Slurm does not create --output's directory
-        (output / SLURM_DIR).mkdir(parents=True, exist_ok=True)
+        real_dir(output / LOG_DIR)       # Slurm does not create --output's directory; a planted link: refused
+        real_dir(output / SLURM_DIR)
         report = LaunchReport(self.name, list(task_ids))
         array_ids: list[str] = []                                # job id of array k at position k
         for job in self.render(output, plan, recorder.seq):
             path = output / SLURM_DIR / job.script_name
-            path.write_text(job.text, encoding="utf-8")
+            with atomic_writer(path) as f:       # replaces a link planted at its name, never writes through it
+                f.write(job.text.encode("utf-8"))
             dependency = self._dependency(plan, job, array_ids)
             job_id = slurm_cmd.sbatch(str(path), dependency=dependency,
                                       kill_on_invalid_dep=job.array is None and bool(dependency))

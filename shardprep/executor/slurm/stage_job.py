@@ -32,6 +32,8 @@ from shardprep.executor.slurm.credentials import store_environment
 from shardprep.executor.slurm.jobs import Submission, now_iso, read_submissions, write_submissions
 from shardprep.executor.slurm.options import SlurmOptions
 from shardprep.executor.slurm.render import job_environment, render, template_text, unsafe_path_problem
+from shardprep.storage.atomic import atomic_writer
+from shardprep.storage.nofollow import real_dir
 
 if TYPE_CHECKING:
     from shardprep.staging.options import StageOptions
@@ -78,10 +80,12 @@ def submit_stage(stage_options: "StageOptions", opts: SlurmOptions, submit_argv:
     if dry_run:
         return text
     prepare_output_dir(dest, stage_options.layout)          # stripe DEST while it is still empty
-    (state / "slurm").mkdir(parents=True, exist_ok=True)
+    real_dir(state)                                         # never through a planted link (storage/nofollow.py)
+    real_dir(state / "slurm")
     seq = len(read_submissions(state)) + 1
     script = state / "slurm" / f"{seq:03d}-stage.sbatch"
-    script.write_text(text, encoding="utf-8")
+    with atomic_writer(script) as f:
+        f.write(text.encode("utf-8"))
     job_id = slurm_cmd.sbatch(str(script))
     record = Submission(seq=seq, submitted_at=now_iso(), executor="slurm-stage", job_id=job_id, script=str(script),
                         log=str(state / "slurm" / f"stage-{job_id}.out"),

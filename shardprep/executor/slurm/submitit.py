@@ -16,7 +16,6 @@ times"), as the sbatch template does.  submitit logs go to ``OUTPUT/slurm/submit
 from __future__ import annotations
 
 import logging
-import shlex
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +25,11 @@ from shardprep.executor.base import LaunchReport
 from shardprep.executor.slurm.jobs import SLURM_DIR, ArrayRecord, FinalizeRecord, SubmissionRecorder
 from shardprep.executor.slurm.launch import SlurmLauncher
 from shardprep.executor.slurm.options import SlurmOptions
-from shardprep.executor.slurm.render import input_store_environment, job_environment
+from shardprep.executor.slurm.render import export_lines, input_store_environment, job_environment
 from shardprep.executor.slurm.submission import SubmissionPlan
 from shardprep.job.state import format_array_ranges
 from shardprep.shard.format import INDEX_FILE
+from shardprep.storage.nofollow import real_dir
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +49,7 @@ class SubmititTask:
         import sys
 
         from shardprep.job.task import run_task
+        from shardprep.logsafe import protect
 
         # the task's progress and errors in submitit's log, as `run-task` prints them under sbatch
         # (on shardprep's logger only: submitit has its own handler on the root's side)
@@ -57,6 +58,7 @@ class SubmititTask:
             handler = _logging.StreamHandler(sys.stderr)
             handler.setFormatter(_logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
             handler.set_name(_LOG_HANDLER)
+            protect([handler])            # botocore's loggers at WARNING, credentials masked (logsafe.py)
             ours.addHandler(handler)
             ours.setLevel(_logging.INFO)
         result = run_task(Path(self.output), int(task_id))
@@ -119,9 +121,8 @@ class SubmititExecutor(SlurmLauncher):
             "slurm_stderr_to_stdout": True,
             # A clean job environment (no credentials, no unrelated variables): only what python needs, and
             # the non-secret object-store settings of a plan with remote inputs.
-            "slurm_setup": [f"export {k}={shlex.quote(v)}" for k, v in
-                            job_environment(input_store_environment(output)).items()
-                            if k != "SHARDPREP_PYTHON"] + ["export SLURM_EXPORT_ENV=ALL"],
+            "slurm_setup": export_lines({k: v for k, v in job_environment(input_store_environment(output)).items()
+                                         if k != "SHARDPREP_PYTHON"}) + ["export SLURM_EXPORT_ENV=ALL"],
         }
         for key, value in (("slurm_partition", o.partition), ("slurm_account", o.account),
                            ("slurm_qos", o.qos), ("slurm_mem", o.mem), ("slurm_constraint", o.constraint)):
@@ -133,6 +134,8 @@ class SubmititExecutor(SlurmLauncher):
 
     def _executor(self, output: Path) -> Any:
         submitit = require("submitit", feature="--executor submitit")
+        real_dir(output / SLURM_DIR)           # submitit writes into its folder: never through a planted link
+        real_dir(output / SUBMITIT_DIR)
         try:
             # submitit counts the pre-timeout requeues itself and gives up after this many
             return submitit.AutoExecutor(folder=output / SUBMITIT_DIR, cluster="slurm",

@@ -203,6 +203,8 @@ def _sizing_of_old(f: Fields) -> Sizing:
 # ``backend_check`` (library versions: a task trusts it only when they match its own, and still checks
 # its own first batch) and ``storage`` (how to reach remote inputs: the bytes read are held to each object's
 # planned identity whatever the endpoint).
+_REPLAN_HINT = ("job.json is written once, by `plan`/`submit`: re-plan with the options you want (a new --output, "
+                "or --overwrite to start over)")
 SEALED = ("format_version", "fingerprint", "summary", "tokenizer", "options", "plan_options", "plan", "sizing")
 _SEAL_HEX = 16      # 64 bits of sha256 per section: an accidental edit is never missed
 
@@ -213,18 +215,26 @@ def seal_of(header: dict[str, Any]) -> dict[str, str]:
             for k in SEALED if k in header}
 
 
-def _check_seal(f: Fields) -> dict[str, str] | None:
-    """job.json's ``seal`` when its sections still match it; None in plans written before it existed."""
+# Plan format 3 says "written by a release that seals": its seal is required, so deleting it is refused like
+# any other edit (issue 31).  Format 2 was written both before and after the seal existed: a format-2 plan
+# without one reads as before (the digest chain and finalize's task count still hold it to plan/).
+READABLE_PLAN_VERSIONS = (2, PLAN_FORMAT_VERSION)
+SEALED_SINCE = 3
+
+
+def _check_seal(f: Fields, version: int) -> dict[str, str] | None:
+    """job.json's ``seal`` when its sections still match it; None in format-2 plans written before it existed."""
     if not f.has("seal"):
+        if version >= SEALED_SINCE:
+            raise RecordError(f"{f.where}: 'seal' is missing, but a plan of format {version} is always sealed: a "
+                              f"hand-edited plan is not obeyed", hint=_REPLAN_HINT)
         return None
     seal = f.dict("seal")
     now = seal_of(f.obj)
     changed = [k for k in SEALED if seal.get(k) != now.get(k)]
     if changed:
         raise RecordError(f"{f.where}: {', '.join(repr(k) for k in changed)} changed since planning (no longer "
-                          f"what job.json's 'seal' records): a hand-edited plan is not obeyed",
-                          hint="job.json is written once, by `plan`/`submit`: re-plan with the options you want "
-                               "(a new --output, or --overwrite to start over)")
+                          f"what job.json's 'seal' records): a hand-edited plan is not obeyed", hint=_REPLAN_HINT)
     return {k: str(v) for k, v in seal.items()}
 
 
@@ -288,7 +298,7 @@ class Job:
     @classmethod
     def parse(cls, data: bytes, where: str | Path) -> "Job":
         f = load_json(data, str(where), "job plan")
-        version = f.version("format_version", PLAN_FORMAT_VERSION, hint=_OLD_PLAN_HINT)
+        version = f.version("format_version", READABLE_PLAN_VERSIONS, hint=_OLD_PLAN_HINT)
         p = f.obj_at("plan")
         p.str("records", choices=(PLAN_RECORDS_FILE,))
         p.str("table", choices=(PLAN_TABLE_FILE,))
@@ -306,4 +316,4 @@ class Job:
             created_by=f.str("created_by"),
         )
         # after the fields: a malformed one is named exactly; a well-formed edit is caught here
-        return dataclasses.replace(job, seal=_check_seal(f))
+        return dataclasses.replace(job, seal=_check_seal(f, version))
