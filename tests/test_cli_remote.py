@@ -62,8 +62,10 @@ def test_verify_lists_every_bad_shard_with_the_same_lines_locally_and_on_s3(loca
     assert lines[2] == "BAD shard-00003.tar: missing"
     assert "sidecar tokenizer_fingerprint '0000" in lines[3]
     assert bad_lines(there.stderr) == lines
-    assert here.stderr.splitlines()[-1] == f"4 bad shard(s) in {damaged}"
-    assert there.stderr.splitlines()[-1] == f"4 bad shard(s) in {url}"
+    assert here.stderr.splitlines()[-1] == f"4 bad shard(s) in {damaged} (hint: shardprep repair {damaged} rebuilds " \
+                                            f"them from the frozen plan, byte-identical to index.json)"
+    assert there.stderr.splitlines()[-1].startswith(f"4 bad shard(s) in {url} (hint: run shardprep repair DIR in the "
+                                                    f"output directory this copy was uploaded from")
 
 
 def test_inspect_reads_a_shard_without_its_sidecar_by_walking_the_tar_on_s3(local, tmp_path, s3_endpoint):
