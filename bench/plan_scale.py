@@ -157,7 +157,7 @@ os.fsync = lambda fd: None           # setup only: the measured commands run wit
 from shardprep.inputs.readers import SkipLog
 from shardprep.job.plan_files import TaskTable
 from shardprep.job.state import load_job
-from shardprep.job.task import _task_log, build_sidecar
+from shardprep.job.task import TaskCost, _task_log, build_sidecar
 from shardprep.shard.format import shard_name, sidecar_name
 from shardprep.shard.provenance import BackendRecord
 from shardprep.shard.writer import ShardWriter
@@ -175,7 +175,8 @@ with TaskTable(out, job) as table:
                             chunk_tokens=job.options.chunk_tokens)
             w.add(np.arange(1, 16, dtype=np.uint32) + t % 1000, lengths)
             result = w.close()
-            sidecar = build_sidecar(job, t, result, SkipLog(), BackendRecord("synthetic"), task.items, 0.001, 1)
+            sidecar = build_sidecar(job, t, result, SkipLog(), BackendRecord("synthetic"), task.items,
+                                    TaskCost(0.001, 1))
             write_json_atomic(out / sidecar_name(t), sidecar.to_dict())
             log.info("task %d done: %d documents, %d tokens, %d bytes, %d skipped, %.1fs", t, result.documents,
                      result.tokens, result.bytes, 0, 0.001)

@@ -28,7 +28,7 @@ from shardprep.shard.provenance import BackendRecord  # noqa: E402
 def _write_task(out: Path, job: Job, task: int, rng: np.random.Generator) -> None:
     """One task's shard through the real ShardWriter, its sidecar (the task's fields) and its log."""
     from shardprep.inputs.readers import SkipLog
-    from shardprep.job.task import build_sidecar
+    from shardprep.job.task import TaskCost, build_sidecar
     from shardprep.shard.format import shard_name, sidecar_name
     from shardprep.shard.writer import ShardWriter
     from shardprep.storage.atomic import write_json_atomic
@@ -44,7 +44,8 @@ def _write_task(out: Path, job: Job, task: int, rng: np.random.Generator) -> Non
     for _ in range(int(rng.integers(0, 3))):
         skips.skip("empty", "raw.txt", None)
     backend = BackendRecord("gigatoken", "0.10.0", "auto")
-    write_json_atomic(out / sidecar_name(task), build_sidecar(job, task, r, skips, backend, (), elapsed, 1).to_dict())
+    sidecar = build_sidecar(job, task, r, skips, backend, (), TaskCost(elapsed, 1))
+    write_json_atomic(out / sidecar_name(task), sidecar.to_dict())
     start = 1_800_000_000 + task // 64 * 40 + rng.uniform(0, 5)
     stamp = [time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) + f",{int(t % 1 * 1000):03d}"
              for t in (start, start + elapsed)]

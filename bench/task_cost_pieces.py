@@ -108,7 +108,9 @@ def main(output: str) -> dict:
         backend: object = BackendRecord("gigatoken")
     except ImportError:                          # before the sidecar's backend was a typed record
         backend = {"name": "gigatoken"}
-    sidecar = task_mod.build_sidecar(job, 0, result, skips, backend, ctx.work.items, 1.0, 1)
+    cost = getattr(task_mod, "TaskCost", None)         # before: elapsed and threads as arguments of their own
+    sidecar = task_mod.build_sidecar(job, 0, result, skips, backend, ctx.work.items,
+                                     *((cost(1.0, 1),) if cost else (1.0, 1)))
     write_json_atomic(out / "bench-pieces.json", sidecar.to_dict())
     pieces["sidecar"] = T() - t
     tmp.unlink()

@@ -19,7 +19,7 @@ from shardprep.job.plan import Plan, existing_plan, recorded_storage, require_do
 from shardprep.job.schema import Job
 from shardprep.job.sizing import choose_sizing
 from shardprep.shard.format import JOB_FILE
-from shardprep.storage.locations import StorageOptions, default_storage
+from shardprep.storage.locations import StorageOptions
 from shardprep.storage.lock import is_unused_dir, output_lock
 from shardprep.tokenizer.load import resolve_tokenizer
 from shardprep.tokenizer.plan_check import check_at_plan
@@ -40,12 +40,13 @@ def plan_job(inputs: Sequence[str | Path], output: str | Path, tokenizer: str | 
     ``task_slots`` (tasks the executor runs at once, why) feeds the default sizing rule (``job.sizing``)
     unless ``plan_options`` names a shape or ``parallel_tasks``; None: this machine's CPUs.
     ``storage``: how to reach inputs given as URLs (``s3://``, ``gs://`` ...: the S3 connection options; the
-    other stores take theirs from the environment), recorded in job.json for the tasks.
+    other stores take theirs from the environment): the discovered inputs carry it to every read while
+    planning, and job.json records it for the tasks.
     Returns the plan and the job as written (or as already present, when identical).
     Holds the output directory's lock throughout (``storage.lock``: one writer per directory); an output
     path that is a file or cannot be written is a one-line error before any input is read.
     """
-    with output_lock(output), default_storage(storage):
+    with output_lock(output):
         return _plan_job(inputs, Path(output), tokenizer, options, plan_options, overwrite, prepare_dir, task_slots,
                          storage)
 
@@ -56,7 +57,7 @@ def _plan_job(inputs: Sequence[str | Path], output: Path, tokenizer: str | Path,
               storage: StorageOptions | None = None) -> tuple[Plan, Job]:
     options = options or TokenizeOptions()
     plan_options = plan_options or PlanOptions()
-    found = discover_inputs([str(i) for i in inputs], strict=options.strict)
+    found = discover_inputs([str(i) for i in inputs], strict=options.strict, storage=storage)
     require_documents_possible(found)
     require_text_field(found, options.text_field)       # a sample of each input, before anything is written
     resolved = resolve_tokenizer(str(tokenizer), eos_token=options.eos_token, bos_token=options.bos_token)

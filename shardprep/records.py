@@ -18,7 +18,7 @@ import os
 import types
 import typing
 from pathlib import Path
-from typing import Any, Callable, Literal, NoReturn, overload
+from typing import Any, Callable, Literal, Mapping, NoReturn, overload
 
 import orjson
 
@@ -220,6 +220,8 @@ def _spec(cls: type) -> tuple[tuple[str, Any, bool, bool], ...]:
     hints = typing.get_type_hints(cls)
     out = []
     for f in dataclasses.fields(cls):
+        if not f.metadata.get("written", True):     # never written (``NOT_WRITTEN``), so never read either
+            continue
         t = hints[f.name]
         args = typing.get_args(t) if isinstance(t, types.UnionType) or typing.get_origin(t) is typing.Union else ()
         base = next((a for a in args if a is not type(None)), t)
@@ -248,6 +250,65 @@ def record(cls: type[T], fields: Fields, *, defaults: bool = False) -> T:
     except ShardprepError as e:
         raise RecordError(f"{fields.where}: field '{fields.prefix}': {e}") from None
 
+
+
+# -- dataclass records, written ---------------------------------------------------------------------------
+# One writer for every record: a record's JSON object is its fields in order (or the order its class names
+# in ``JSON_KEYS``, which may also name properties), nested records, tuples and dicts written the same way.
+# A field's metadata says where it departs from that, so the rule sits beside the field it is about:
+#   ``{"omit": v}``       left out when it equals ``v`` (``OMIT_NONE``: fields added later, absent from old
+#                         records, and informational values a run may not have);
+#   ``{"encode": fn}``    written as ``fn(value)`` (file names for people: ``printable``);
+#   ``{"written": False}`` never written (in-memory state such as an exit code).
+OMIT_NONE: Mapping[str, Any] = types.MappingProxyType({"omit": None})
+NOT_WRITTEN: Mapping[str, Any] = types.MappingProxyType({"written": False})
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+@functools.cache
+def _dump_spec(cls: type) -> tuple[tuple[str, bool, Any, Callable[[Any], Any] | None], ...]:
+    """``(name, omits, omitted value, encode)`` per key of ``cls``'s records, in the order they are written."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    written = [name for name, f in fields.items() if f.metadata.get("written", True)]
+    order: tuple[str, ...] = getattr(cls, "JSON_KEYS", tuple(written))
+    if set(written) - set(order):
+        raise TypeError(f"{cls.__name__}.JSON_KEYS leaves out the fields {sorted(set(written) - set(order))}")
+    metas = [fields[name].metadata if name in fields else {} for name in order]
+    return tuple((name, "omit" in m, m.get("omit"), m.get("encode")) for name, m in zip(order, metas))
+
+
+def dump(obj: Any) -> builtins.dict[str, Any]:
+    """The JSON object of the dataclass record ``obj`` (rules above), ready for ``orjson.dumps``."""
+    out: builtins.dict[str, Any] = {}
+    kind: type = type(obj)
+    for name, omits, omitted, encode in _dump_spec(kind):
+        value = getattr(obj, name)
+        if omits and (value is omitted or value == omitted):
+            continue
+        if encode is not None:
+            value = encode(value)
+        out[name] = value if type(value) in _SCALARS else _plain(value)     # (most values: no call)
+    return out
+
+
+def _plain(value: Any) -> Any:
+    kind = type(value)
+    if kind in _SCALARS:
+        return value
+    if kind is tuple or kind is list:     # a column of scalars (a chunk table) is copied at C speed
+        return list(value) if set(map(type, value)) <= _SCALARS else [_plain(v) for v in value]
+    if kind is dict:
+        return {k: _plain(v) for k, v in value.items()}
+    return dump(value) if dataclasses.is_dataclass(value) else value
+
+
+class Record:
+    """A dataclass record that writes itself with :func:`dump` (a base for the on-disk records)."""
+
+    __slots__ = ()
+
+    def to_dict(self) -> builtins.dict[str, Any]:
+        return dump(self)
 
 # -- file paths in records ----------------------------------------------------------------------------
 # A POSIX file name is bytes.  Python hands over a name that is not valid UTF-8 as a str holding surrogate
@@ -304,3 +365,12 @@ codecs.register_error(FS_BYTES, _escape_fs_bytes)
 def printable(text: str) -> str:
     """``text`` for people and informational records: undecodable bytes of a file name as ``\\xNN``."""
     return text if is_json_text(text) else text.encode("utf-8", FS_BYTES).decode("utf-8")
+
+
+def printables(texts: tuple[str, ...]) -> list[str]:
+    return [printable(t) for t in texts]
+
+
+# field metadata (``dump``): a file name, or names, written for people
+PRINTABLE: Mapping[str, Any] = types.MappingProxyType({"encode": printable})
+PRINTABLES: Mapping[str, Any] = types.MappingProxyType({"encode": printables})

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, NamedTuple
 import numpy as np
 
 from shardprep.errors import ConfigError, InputDataError, ShardprepError
+from shardprep.loader.layout import Extras, Pack
 from shardprep.shard.format import DTYPE_FOR_EXT, DTYPES
 
 log = logging.getLogger(__name__)
@@ -242,6 +243,7 @@ class _Window:
 class pack:
     """Stage: decoded samples -> pack rows (``batch_size=None``) or batches of rows, as the loader's pack mode.
 
+    ``layout`` is a ``loader.layout.Pack`` (or its ``seq_len`` as an int, turned into one here).
     Rows are ``seq_len`` consecutive tokens of the concatenated samples in arrival order: ``input_ids`` and
     ``labels`` (``LongTensor[seq_len]``, or ``[batch_size, seq_len]``), ``position_ids`` with
     ``position_ids=True``, ``cu_seqlens`` / ``doc_ids`` / ``unit_ids`` with ``doc_info=True`` (needs
@@ -249,15 +251,12 @@ class pack:
     is dropped, as the loader drops its tail; each DataLoader worker has its own tail.
     """
 
-    def __init__(self, seq_len: int, *, batch_size: int | None = None, position_ids: bool = False,
+    def __init__(self, layout: Pack | int, *, batch_size: int | None = None, position_ids: bool = False,
                  doc_info: bool = False):
-        if int(seq_len) < 1:
-            raise ConfigError(f"seq_len={seq_len!r} is invalid: must be >= 1")
         if batch_size is not None and int(batch_size) < 1:
             raise ConfigError(f"batch_size={batch_size!r} is invalid: must be >= 1 or None (single rows)")
-        from shardprep.loader.batches import Extras
-
-        self.seq_len, self.batch_size = int(seq_len), None if batch_size is None else int(batch_size)
+        self.layout = layout if isinstance(layout, Pack) else Pack(int(layout))
+        self.seq_len, self.batch_size = self.layout.seq_len, None if batch_size is None else int(batch_size)
         self.extras = Extras(position_ids=position_ids, doc_info=doc_info)
 
     def __call__(self, samples: Iterable[dict]) -> Iterator[dict]:
@@ -280,7 +279,7 @@ class pack:
                                      sample["tokens"].dtype)
                 if self.extras.doc_info:
                     arrays["unit_ids"] = units + emitted
-                yield to_tensors(arrays, mode="pack", unbatched=self.batch_size is None)
+                yield to_tensors(arrays, self.layout, unbatched=self.batch_size is None)
             window.drop(ready * need)
             emitted += ready * rows
 

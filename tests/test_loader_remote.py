@@ -112,7 +112,7 @@ def test_hf_urls_go_to_huggingface_filesystem_with_the_repo_path(monkeypatch):
     """The Hub is unreachable here: check the routing and what reaches HfFileSystem, not the Hub."""
     from huggingface_hub import HfFileSystem
 
-    from shardprep.storage import remote
+    from shardprep.storage.fsspec import client as remote
 
     url = "hf://datasets/someone/corpus@v1/shards/index.json"
     fs, path = remote.resolve(url, {"token": "hf_test"})

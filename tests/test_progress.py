@@ -66,12 +66,21 @@ def test_running_job_rate_and_eta_from_wall_time_since_the_first_start():
     assert p.eta_s == pytest.approx(700 / 30.0)              # 700 bytes left at 30 B/s
     assert "700 B of input left at 30 B/s" in p.eta_basis and "1 running" in p.eta_basis
     d = p.to_dict()
-    assert d["eta_s"] == p.eta_s and d["input_bytes_per_s"] == p.input_bytes_per_s and d["running"] == (2,)
+    assert d["eta_s"] == p.eta_s and d["input_bytes_per_s"] == p.input_bytes_per_s and d["running"] == [2]
+
+
+@dataclass
+class Queue:
+    """The Slurm view as the estimate reads it (``executor.slurm.state.SlurmView.ids``)."""
+
+    by_state: dict[str, list[int]]
+
+    def ids(self, state: str) -> list[int]:
+        return self.by_state.get(state, [])
 
 
 def test_slurm_pending_tasks_keep_the_job_active():
-    slurm = {"running": [], "pending": [2, 3]}
-    running, pending = activity(DONE, {}, slurm)
+    running, pending = activity(DONE, {}, Queue({"running": [], "pending": [2, 3]}))
     logs = logs_of(t0=task_log(0, 0.0, 2.5), t1=task_log(1, 1.0, 5.0))
     p = estimate(4, PLANNED, DONE, logs, EPOCH0 + 20.0, running=running, pending=pending)
     assert (p.running, p.pending, p.elapsed_s) == ((), 2, pytest.approx(20.0))   # the queue wait counts

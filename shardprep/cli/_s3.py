@@ -9,11 +9,12 @@ environment (``AWS_ENDPOINT_URL``, ``AWS_PROFILE``, ``AWS_REGION``) as boto3 doe
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from shardprep.cli.args import add_field, from_fields
 from shardprep.errors import ConfigError
-from shardprep.storage.s3 import ClientOptions
+from shardprep.storage.s3.client import ClientOptions
 
 if TYPE_CHECKING:  # pragma: no cover
     from shardprep.storage.locations import StorageOptions
@@ -58,7 +59,7 @@ def refuse_other_storage(args: argparse.Namespace, planned: StorageOptions | Non
     def typed(options: ClientOptions, name: str) -> str:
         return f"--{name.replace('_', '-')} {getattr(options, name)}"
 
-    names = ("endpoint_url", "profile", "region", "max_attempts", "connect_timeout", "read_timeout")
+    names = [f.name for f in dataclasses.fields(ClientOptions)]     # every option, one added later too
     differ = [typed(given, n) for n in names if getattr(given, n) not in (getattr(default, n), getattr(frozen, n))]
     if differ:
         recorded = ", ".join(typed(frozen, n) for n in names if getattr(frozen, n) != getattr(default, n))

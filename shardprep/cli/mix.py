@@ -72,6 +72,7 @@ def lines(s: dict) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     from shardprep.errors import ConfigError
+    from shardprep.loader.layout import layout_of
     from shardprep.loader.mixture import load_spec, mixture_spec, open_mixture
 
     if args.seq_len < 1 or args.rows < 0 or args.seed < 0:
@@ -80,7 +81,8 @@ def run(args: argparse.Namespace) -> int:
     spec = mixture_spec(load_spec(args.spec), total_tokens=args.tokens,
                         allow_tokenizer_mismatch=True if args.allow_tokenizer_mismatch else None)
     assert spec is not None
-    mix = open_mixture(spec, mode=args.mode, seq_len=args.seq_len if args.mode != "doc" else None, seed=args.seed)
+    layout = layout_of(args.mode, args.seq_len if args.mode != "doc" else None)
+    mix = open_mixture(spec, layout=layout, seed=args.seed)
     summary = mix.summary(args.rows)
     if args.json:
         import orjson

@@ -76,7 +76,7 @@ def _check_then_submit(submit_argv: list[str]) -> None:
 def run(args: argparse.Namespace) -> int:
     from shardprep.staging.plan import plan_stage
     from shardprep.staging.stage import stage_prefix
-    from shardprep.storage.s3 import make_client
+    from shardprep.storage.s3.client import make_client
 
     options = options_from_args(args)
     require("boto3", feature="staging from S3")    # also with --submit: the job runs this same interpreter

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from shardprep.cli._s3 import add_s3_arguments
 from shardprep.errors import EXIT_INCOMPLETE, ConfigError
-from shardprep.executor.slurm.state import as_json, collect, format_view
+from shardprep.executor.slurm.state import SlurmView, as_json, collect, format_view
 from shardprep.job.advice import interrupted_advice, rerun_advice, resume_command, stopped_on_signal
 from shardprep.job.logs import TAIL_BYTES, TaskLog, read_task_logs
 from shardprep.job.progress import JobProgress, activity, estimate, planned_input_bytes
@@ -30,10 +30,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_s3_arguments(p)
 
 
-def job_progress(output: Path, job: Job, state: JobState, slurm: dict | None, now: float,
+def job_progress(output: Path, job: Job, state: JobState, view: SlurmView | None, now: float,
                  logs: dict[int, TaskLog]) -> JobProgress:
-    """``job.progress.estimate`` on a local output, from the task logs (each read up to its last attempt)."""
-    running, pending = activity(state.done, logs, slurm)
+    """``job.progress.estimate`` on a local output, from the task logs (each read up to its last attempt)
+    and the Slurm ``view`` of a job submitted to Slurm."""
+    running, pending = activity(state.done, logs, view)
     return estimate(state.n_tasks, planned_input_bytes(output, job), state.done, logs, now,
                     running=running, pending=pending)
 
@@ -80,15 +81,16 @@ def next_step(output: Path, missing: list[TaskLog]) -> str:
     return interrupted_advice(output) if failed else f"`{resume_command(output)}` runs the tasks not done"
 
 
-def index_line(output: Path, state: JobState, finalized: bool, slurm: dict | None) -> str:
+def index_line(output: Path, state: JobState, finalized: bool, view: SlurmView | None) -> str:
     """Where index.json stands, and what writes it next (a queued finalize job, `finalize`, or the tasks)."""
     if finalized:
         return "written"
     if not state.complete:
         return f"not yet: {len(state.missing):,} task(s) not done (finalize writes it once all are)"
-    fin = (slurm or {}).get("finalize") or {}
-    if fin.get("state") in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING"):
-        return f"not yet (finalize job {fin['job_id']} is {fin['state'].lower()} and will write it)"
+    fin = view.finalize if view else None
+    fin_state = view.finalize_state if view else None
+    if fin is not None and fin_state in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING"):
+        return f"not yet (finalize job {fin.job_id} is {fin_state.lower()} and will write it)"
     return f"not yet (run shardprep finalize {output})"
 
 
@@ -104,18 +106,17 @@ def run(args: argparse.Namespace) -> int:
     totals = state.totals()
     finalized = (output / INDEX_FILE).exists()
     view = collect(output, state)
-    slurm = as_json(view) if view else None
     now = time.time()
     logs = read_task_logs(output / LOG_DIR, TAIL_BYTES)
-    progress = job_progress(output, job, state, slurm, now, logs)
+    progress = job_progress(output, job, state, view, now, logs)
     if args.json:
         import orjson
 
         print(orjson.dumps({
             "output": str(output), "generated_at": now, "tasks": state.n_tasks, "done": sorted(state.done),
             "missing": state.missing, "missing_ranges": format_array_ranges(state.missing),
-            "problems": {str(k): v for k, v in state.problems.items()}, "totals": totals, "finalized": finalized,
-            "progress": progress.to_dict(), "slurm": slurm,
+            "problems": {str(k): v for k, v in state.problems.items()}, "totals": totals.to_dict(),
+            "finalized": finalized, "progress": progress.to_dict(), "slurm": as_json(view) if view else None,
         }, option=orjson.OPT_INDENT_2).decode())
     else:
         print(f"{output}: plan {job.fingerprint[:12]}, {state.n_tasks} task(s)")
@@ -123,11 +124,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"  missing:  {len(state.missing)}" + (f"  [{format_array_ranges(state.missing)}]" if state.missing else ""))
         for line in why_missing(state, logs):
             print(f"    {line}")
-        print(f"  documents {totals['documents']:,}, tokens {totals['tokens']:,}, bytes {totals['bytes']:,}, "
-              f"skipped {totals['skipped']:,}")
+        print(f"  documents {totals.documents:,}, tokens {totals.tokens:,}, bytes {totals.bytes:,}, "
+              f"skipped {totals.skipped:,}")
         for line in progress_lines(progress):
             print(line)
-        print(f"  index.json: {index_line(output, state, finalized, slurm)}")
+        print(f"  index.json: {index_line(output, state, finalized, view)}")
         for line in format_view(output, view) if view else []:
             print(line)
         if state.missing and not view and not progress.running:    # (the Slurm view has its own next step)

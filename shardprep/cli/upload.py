@@ -61,7 +61,7 @@ def options_from_args(args: argparse.Namespace) -> UploadOptions:
 def run(args: argparse.Namespace) -> int:
     from shardprep._extras import require
     from shardprep.staging.upload import plan_upload, run_upload
-    from shardprep.storage.s3 import make_client
+    from shardprep.storage.s3.client import make_client
 
     options = options_from_args(args)
     require("boto3", feature="uploading to S3")

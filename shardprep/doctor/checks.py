@@ -44,7 +44,7 @@ from shardprep.inputs.remote import in_parallel
 from shardprep.job.resources import usable_cpus
 from shardprep.job.sizing import describe
 from shardprep.storage.local import existing_ancestor
-from shardprep.storage.locations import StorageOptions, default_storage, is_url
+from shardprep.storage.locations import StorageOptions, is_url
 from shardprep.units import human_bytes
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -87,6 +87,7 @@ class Context:
     txt_mode: str = "line"
     task_slots: tuple[int, str] | None = None   # the executor's (submit's sizing divides by them); None: CPUs here
     n_tasks: int | None = None                  # the tasks submit would plan (doctor.shape)
+    storage: StorageOptions | None = None       # how to reach input URLs (the found inputs carry it)
 
 
 @dataclass
@@ -206,7 +207,7 @@ def check_input(ctx: Context) -> Check:
         return Check("input", OK, "no --input given: not checked (speed uses generated text; no size estimate)",
                      "pass --input to check the data and estimate the output size", {"skipped": True}, EXIT_INPUT)
     try:
-        ctx.found = discover_inputs(ctx.inputs)
+        ctx.found = discover_inputs(ctx.inputs, storage=ctx.storage)
         require_text_field(ctx.found, ctx.text_field)       # what plan and submit refuse
         remote_parquet = any(i.format == "parquet" and is_url(i.path) for i in ctx.found)
         # a remote parquet footer is a request: several at once, as plan reads them
@@ -374,9 +375,9 @@ def run_doctor(tokenizer: str, output: str | Path, inputs: Sequence[str] = (), *
     to reach input URLs (the S3 options of the command line); ``task_slots``: the executor's, as ``submit``
     sizes its tasks (None: this machine's CPUs)."""
     ctx = Context(str(tokenizer), Path(output), [str(i) for i in inputs], text_field, executor,
-                  dict(os.environ if environ is None else environ), txt_mode=txt_mode, task_slots=task_slots)
-    with default_storage(storage):
-        return _run_doctor(ctx)
+                  dict(os.environ if environ is None else environ), txt_mode=txt_mode, task_slots=task_slots,
+                  storage=storage)
+    return _run_doctor(ctx)
 
 
 def _run_doctor(ctx: Context) -> Report:

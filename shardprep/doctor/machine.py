@@ -20,6 +20,7 @@ from typing import Any, Callable, Mapping
 
 from shardprep._extras import EXTRA_OF
 from shardprep.errors import EXIT_ENVIRONMENT, EnvironmentProblem
+from shardprep.records import NOT_WRITTEN, Record
 from shardprep.storage.local import existing_ancestor
 from shardprep.units import human_bytes
 
@@ -37,7 +38,7 @@ OPTIONAL_PACKAGES = tuple(EXTRA_OF)          # their declared minimum versions a
 
 
 @dataclass
-class Check:
+class Check(Record):
     """One line of the doctor's report (see docs/doctor.md for the JSON form)."""
 
     name: str
@@ -45,11 +46,7 @@ class Check:
     message: str
     fix: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
-    exit_code: int = EXIT_ENVIRONMENT  # the exit status when this check fails
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "verdict": self.verdict, "message": self.message, "fix": self.fix,
-                "details": self.details}
+    exit_code: int = field(default=EXIT_ENVIRONMENT, metadata=NOT_WRITTEN)  # the exit status when this fails
 
 
 def _read_int(path: str) -> int | None:

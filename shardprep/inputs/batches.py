@@ -47,8 +47,11 @@ def items_batches(items: Sequence[tuple[InputFile, WorkItem]], opts: ReadOptions
     ahead = _ReadAhead(items, opts.max_doc_bytes, block_bytes, prefetch)
     try:
         for k, (inp, item) in enumerate(items):
-            yield from item_batches(inp, item, opts, skips, block_bytes=block_bytes, prefetch=prefetch,
-                                    pieces=ahead.pieces(k))
+            pieces = ahead.pieces(k)
+            if pieces is None:
+                yield from item_batches(inp, item, opts, skips, block_bytes=block_bytes, prefetch=prefetch)
+            else:
+                yield from _watched(inp, item, skips, _batches(inp, item, opts, skips, True, ReadCount(), pieces))
     finally:
         ahead.close()
 
@@ -107,27 +110,34 @@ class _ReadAhead:
 
 
 def item_batches(inp: InputFile, item: WorkItem, opts: ReadOptions, skips: SkipLog, *,
-                 block_bytes: int = BLOCK_BYTES, fast: bool = True, prefetch: bool | None = None,
-                 watch: bool = True, count: ReadCount | None = None,
-                 pieces: Iterator[Piece] | None = None) -> Iterator[DocBatch]:
+                 block_bytes: int = BLOCK_BYTES, fast: bool = True, prefetch: bool | None = None) -> Iterator[DocBatch]:
     """The documents of one work item, in file order, as batches (none empty); skips go to ``skips``.
 
     Exactly the planned bytes or rows are read, and an input that changed while it was read raises
     InputDataError once its item is exhausted.  ``fast`` False reads every block line by line (the
     policy's definition; tests compare the two); ``prefetch`` reads one block ahead in a thread (None:
-    where reads wait, ``inputs.blocks.reads_wait``);
-    ``watch`` False leaves the suspicious-input warning to the caller (who reads an item in pieces);
-    ``count`` receives the lines and documents read; ``pieces``: a text item's blocks, already being
-    read (``items_batches``).
+    where reads wait, ``inputs.blocks.reads_wait``).  Once the item is read, the suspicious-input warning.
     """
-    guard = ItemWatch(skips) if watch else None
-    count = count if count is not None else ReadCount()
-    for batch in _batches(inp, item, opts, skips, block_bytes, fast, prefetch, count, pieces):
-        if batch.docs:
-            count.documents += batch.docs
-            yield batch
-    if guard is not None:
-        guard.finish(inp, item, count.documents, skips)
+    pieces = _blocks(inp, item, opts, block_bytes, prefetch)
+    yield from _watched(inp, item, skips, _batches(inp, item, opts, skips, fast, ReadCount(), pieces))
+
+
+def piece_batches(inp: InputFile, item: WorkItem, opts: ReadOptions, skips: SkipLog, count: ReadCount, *,
+                  block_bytes: int = BLOCK_BYTES) -> Iterator[DocBatch]:
+    """:func:`item_batches` of a part of an item (``item`` its range): the lines and documents read go to
+    ``count``, and the suspicious-input warning is left to the caller, who judges the whole item from its
+    parts' counts (``job.parallel``)."""
+    yield from _batches(inp, item, opts, skips, True, count, _blocks(inp, item, opts, block_bytes, None))
+
+
+def _watched(inp: InputFile, item: WorkItem, skips: SkipLog, batches: Iterator[DocBatch]) -> Iterator[DocBatch]:
+    """``batches``, then the item's suspicious-input warning (``inputs.health``) from the documents kept."""
+    guard = ItemWatch(skips)
+    documents = 0
+    for batch in batches:
+        documents += batch.docs
+        yield batch
+    guard.finish(inp, item, documents, skips)
 
 
 def _reads_ahead(inp: InputFile, prefetch: bool | None) -> bool:
@@ -135,20 +145,33 @@ def _reads_ahead(inp: InputFile, prefetch: bool | None) -> bool:
     return bool(prefetch) or (prefetch is None and reads_wait(inp.path))
 
 
-def _batches(inp: InputFile, item: WorkItem, opts: ReadOptions, skips: SkipLog, block_bytes: int, fast: bool,
-             prefetch: bool | None, count: ReadCount, pieces: Iterator[Piece] | None) -> Iterator[DocBatch]:
+def _blocks(inp: InputFile, item: WorkItem, opts: ReadOptions, block_bytes: int,
+            prefetch: bool | None) -> Iterator[Piece] | None:
+    """A text item's blocks (read ahead where asked or where reads wait); None for a table (read by rows)."""
     if inp.tabular:
+        return None
+    pieces = item_blocks(inp, item.start, item.end, opts.max_doc_bytes, block_bytes=block_bytes)
+    return prefetched(pieces) if _reads_ahead(inp, prefetch) else pieces
+
+
+def _batches(inp: InputFile, item: WorkItem, opts: ReadOptions, skips: SkipLog, fast: bool, count: ReadCount,
+             pieces: Iterator[Piece] | None) -> Iterator[DocBatch]:
+    """The item's non-empty batches, from ``pieces`` (its blocks) for text; counted into ``count``."""
+    for batch in _read(inp, item, opts, skips, fast, count, pieces):
+        if batch.docs:
+            count.documents += batch.docs
+            yield batch
+
+
+def _read(inp: InputFile, item: WorkItem, opts: ReadOptions, skips: SkipLog, fast: bool, count: ReadCount,
+          pieces: Iterator[Piece] | None) -> Iterator[DocBatch]:
+    if pieces is None:
         from shardprep.inputs.tabular import arrow_batches, parquet_batches
 
         end = item.end if item.end is not None or inp.rows is None else inp.rows
         read = parquet_batches if inp.format == "parquet" else arrow_batches
         yield from rows_then_check(inp, read(inp, item.start, end, opts.text_field, opts.max_doc_bytes, skips))
-        return
-    if pieces is None:
-        pieces = item_blocks(inp, item.start, item.end, opts.max_doc_bytes, block_bytes=block_bytes)
-        if _reads_ahead(inp, prefetch):
-            pieces = prefetched(pieces)
-    if inp.format == "txt" and opts.txt_mode == "paragraph":
+    elif inp.format == "txt" and opts.txt_mode == "paragraph":
         yield from _paragraph_batches(pieces, inp.path, item.first_line, opts.max_doc_bytes, skips, count)
     else:
         yield from _line_batches(pieces, inp, item.first_line, opts, skips, fast, count)

@@ -25,13 +25,15 @@ from __future__ import annotations
 import glob
 import logging
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable
 
 from shardprep.errors import InputDataError
 from shardprep.inputs import arrow
 from shardprep.inputs.remote import expand_url, is_input_url, remote_inputs
+from shardprep.records import NOT_WRITTEN, OMIT_NONE, Record
+from shardprep.storage.locations import StorageOptions, is_url
 from shardprep.storage.objects import ObjectInfo
 
 log = logging.getLogger(__name__)
@@ -45,9 +47,14 @@ PLAN_FILE = "job.json"          # a shardprep output's frozen plan (shard.format
 
 
 @dataclass(frozen=True)
-class InputFile:
+class InputFile(Record):
     """One input as planned.  ``path`` is an absolute path, or the URL of a remote object (issue 22), whose
-    ``identity`` (ETag, version, generation: ``storage.objects``) the plan freezes with its size."""
+    ``identity`` (ETag, version, generation: ``storage.objects``) the plan freezes with its size.
+
+    ``storage`` is how a remote object is reached (its store's options: the plan's, which job.json records
+    and a task hands back with :meth:`reached_with`): every reader opens it through its store with them, so
+    no process-wide default is needed.  It is context, not the record: never written, compared or
+    fingerprinted."""
 
     path: str
     size: int
@@ -55,17 +62,17 @@ class InputFile:
     format: str               # txt | jsonl | parquet | arrow
     compression: str | None   # None | gz | zst
     rows: int | None = None   # parquet/arrow: total rows (for row-range splitting)
-    identity: str | None = None   # a remote object's identity; None for files (absent from their records)
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        if self.identity is None:
-            del d["identity"]
-        return d
+    # a remote object's identity; None for files (absent from their records)
+    identity: str | None = field(default=None, metadata=OMIT_NONE)
+    storage: StorageOptions | None = field(default=None, compare=False, repr=False, metadata=NOT_WRITTEN)
 
     @classmethod
     def from_dict(cls, d: dict) -> "InputFile":
         return cls(**d)
+
+    def reached_with(self, storage: StorageOptions | None) -> "InputFile":
+        """This input reached with ``storage`` (a remote one; a file needs no store options)."""
+        return replace(self, storage=storage) if storage is not None and is_url(self.path) else self
 
     @property
     def splittable(self) -> bool:
@@ -250,12 +257,13 @@ def _loop_link(path: str) -> tuple[str, str] | None:
     return None
 
 
-def _expand_one(spec: str, links: LinkReport, outputs: OutputDirs,
-                remote: dict[str, ObjectInfo]) -> list[tuple[str, bool]]:
+def _expand_one(spec: str, links: LinkReport, outputs: OutputDirs, remote: dict[str, ObjectInfo],
+                storage: StorageOptions | None) -> list[tuple[str, bool]]:
     """(path, explicit) pairs; explicit paths must be known input types, walked ones may be skipped.
-    A URL's objects are listed once (``inputs.remote``); their listing records go to ``remote``."""
+    A URL's objects are listed once (``inputs.remote``, reached with ``storage``); their listing records go
+    to ``remote``."""
     if is_input_url(spec):
-        return expand_url(spec, remote)
+        return expand_url(spec, remote, storage)
     if spec.startswith("@"):
         list_file = spec[1:]
         try:
@@ -270,7 +278,7 @@ def _expand_one(spec: str, links: LinkReport, outputs: OutputDirs,
                 p = line if os.path.isabs(line) or is_input_url(line) else os.path.join(base, line)
                 if not is_input_url(p) and not os.path.exists(p):
                     raise InputDataError(f"{list_file}:{n}: listed input {line} does not exist")
-                out.extend(_expand_one(p, links, outputs, remote))
+                out.extend(_expand_one(p, links, outputs, remote, storage))
         return out
     if os.path.isdir(spec):
         splits = arrow.saved_dataset_splits(spec)
@@ -295,8 +303,10 @@ def _expand_one(spec: str, links: LinkReport, outputs: OutputDirs,
     return [(spec, True)]
 
 
-def discover_inputs(specs: Iterable[str], *, strict: bool = False) -> list[InputFile]:
-    """All inputs named by ``specs``, de-duplicated by real path and sorted by path.
+def discover_inputs(specs: Iterable[str], *, strict: bool = False,
+                    storage: StorageOptions | None = None) -> list[InputFile]:
+    """All inputs named by ``specs``, de-duplicated by real path and sorted by path; URLs are listed and
+    read with ``storage`` (None: the environment's), which their ``InputFile``s carry.
 
     Raises InputDataError when nothing usable is found, a named file is of an unknown type, a file
     cannot be read, or (``strict``) a symlink loop was met.
@@ -309,7 +319,7 @@ def discover_inputs(specs: Iterable[str], *, strict: bool = False) -> list[Input
     ignored = 0
     specs = list(specs)
     for spec in specs:
-        for path, explicit in _expand_one(str(spec), links, outputs, remote):
+        for path, explicit in _expand_one(str(spec), links, outputs, remote, storage):
             if path not in remote and outputs.owner(path) is not None:
                 continue
             kind = classify(path)
@@ -337,7 +347,7 @@ def discover_inputs(specs: Iterable[str], *, strict: bool = False) -> list[Input
                 first, second = sorted((known, inp), key=lambda i: i.path)
                 seen[real] = first
                 links.duplicates[second.path] = first.path
-    seen.update((inp.path, inp) for inp in remote_inputs(list(objects.values())))
+    seen.update((inp.path, inp) for inp in remote_inputs(list(objects.values()), storage))
     links.warn(strict)
     outputs.log()
     if ignored:

@@ -270,13 +270,22 @@ def jsonl_block(data: bytes, start: int, lineno: int | None, limit: int, key: st
     bad = None in rows or "" in rows or any(map(str.isspace, cast("list[str]", rows)))
     if (blank or bad) and skips.strict:
         return None
-    texts = _record_jsonl_skips(rows, blank, lines, lineno, start, key, path, skips) if bad or blank \
+    texts = _record_jsonl_skips(rows, blank, lines, key, _At(path, start, lineno), skips) if bad or blank \
         else cast("list[str]", rows)
     return DocBatch(len(texts), strs=texts), len(lines)
 
 
-def _record_jsonl_skips(texts: list[str | None], blank: list[int], lines: Lines, lineno: int | None, start: int,
-                        key: str, path: str, skips: SkipLog) -> list[str]:
+@dataclass(frozen=True)
+class _At:
+    """Where a block lies in its input, for its skips' locations: the file, its first byte and line."""
+
+    path: str
+    start: int
+    lineno: int | None
+
+
+def _record_jsonl_skips(texts: list[str | None], blank: list[int], lines: Lines, key: str, at: _At,
+                        skips: SkipLog) -> list[str]:
     """Record the block's skips in line order; return the documents kept."""
     kept: list[str] = []
     events: list[tuple[int, str, str]] = [(i, "empty", "blank line") for i in blank]
@@ -288,6 +297,6 @@ def _record_jsonl_skips(texts: list[str | None], blank: list[int], lines: Lines,
         else:
             kept.append(text)
     for line, reason, detail in sorted(events):
-        skips.skip(reason, path, None if lineno is None else lineno + line, detail,
-                   byte=start + int(lines.starts[line]))
+        skips.skip(reason, at.path, None if at.lineno is None else at.lineno + line, detail,
+                   byte=at.start + int(lines.starts[line]))
     return kept

@@ -7,10 +7,11 @@ plain ones) and check again with ``fstat``/``stat`` once an input's range is rea
 A truncation shows up as a short read or a corrupt compressed stream; the check then reports the change
 rather than the corruption.
 
-A remote input (a URL, issue 22) is opened through its store held to the planned size and identity
-(``OpenInput``: ``storage.objects``): every read fails once the object is another version, and
-``check`` asks the store again after reading.  What the store raises becomes one line naming the input
-(``input_errors``): changed or gone, exit 3; a transfer that failed after its retries, exit 7.
+A remote input (a URL, issue 22) is opened through its store, with the options it carries
+(``InputFile.storage``), held to the planned size and identity (``OpenInput``: ``storage.objects``):
+every read fails once the object is another version, and ``check`` asks the store again after reading.
+What the store raises becomes one line naming the input (``input_errors``): changed or gone, exit 3; a
+transfer that failed after its retries, exit 7.
 """
 
 from __future__ import annotations
@@ -122,17 +123,17 @@ def connect_ahead(inputs: Iterable[InputFile]) -> None:
     A fork waits until the thread is done (``os.register_at_fork``): a child must not inherit an import or a
     client half made by it, with its locks held for ever (a task with several CPUs forks its workers).
     """
-    first = {scheme(i.path): i.path for i in inputs if is_url(i.path)}
+    first = {scheme(i.path): i for i in inputs if is_url(i.path)}
     if not first:
         return
 
     def connect() -> None:
         try:
-            for url in first.values():
+            for inp in first.values():
                 try:
-                    remote_store_for(url).connect(url)
+                    remote_store_for(inp.path, inp.storage).connect(inp.path)
                 except Exception:   # noqa: BLE001 - the read that needs it raises it again, naming the input
-                    log.debug("connecting ahead to %s failed", url, exc_info=True)
+                    log.debug("connecting ahead to %s failed", inp.path, exc_info=True)
         finally:
             _CONNECTING.release()
 
@@ -158,7 +159,7 @@ class _Checked:
     def __init__(self, inp: InputFile):
         self.inp = inp
         with input_errors(inp):
-            self._source = remote_store_for(inp.path).open_version(inp.path, inp.size, inp.identity)
+            self._source = remote_store_for(inp.path, inp.storage).open_version(inp.path, inp.size, inp.identity)
 
     def read(self, offset: int, size: int) -> bytes:
         with input_errors(self.inp):

@@ -17,13 +17,15 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Protocol
 
 import orjson
 
 from shardprep.errors import InputDataError
 from shardprep.inputs.discover import InputFile
+from shardprep.records import Record
+from shardprep.shard.provenance import SkipExample
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +48,7 @@ class ReadOptions(Protocol):
 
 
 @dataclass(frozen=True)
-class WorkItem:
+class WorkItem(Record):
     """A piece of one input: ``[start, end)`` in bytes (text) or rows (parquet); ``end`` None = to EOF.
 
     ``first_line`` is the line number at ``start`` when known (always for start 0).  The planner does not
@@ -59,27 +61,9 @@ class WorkItem:
     unit: str = "bytes"
     first_line: int | None = 1
 
-    def to_dict(self) -> dict:
-        return asdict(self)
-
     @classmethod
     def from_dict(cls, d: dict) -> "WorkItem":
         return cls(**d)
-
-
-@dataclass(frozen=True)
-class SkipExample:
-    """Where a skipped document was (a shard's sidecar keeps the first few): the 1-based line (the row for
-    parquet and arrow; None inside a split range, where lines are not counted) or the byte offset."""
-
-    reason: str
-    file: str
-    line: int | None
-    byte: int | None
-    detail: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"reason": self.reason, "file": self.file, "line": self.line, "byte": self.byte, "detail": self.detail}
 
 
 @dataclass

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import logging
 import re
+from dataclasses import replace
 from typing import TYPE_CHECKING, Callable, Sequence, TypeVar
 
 from shardprep.errors import InputDataError, ShardprepError
-from shardprep.storage.locations import remote_store_for, scheme
+from shardprep.storage.locations import StorageOptions, remote_store_for, scheme
 from shardprep.storage.objects import ObjectInfo
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -95,7 +96,7 @@ def _shown(infos: list[ObjectInfo], root: str) -> list[ObjectInfo]:
     return shown
 
 
-def _outputs(infos: list[ObjectInfo]) -> list[str]:
+def _outputs(infos: list[ObjectInfo], storage: StorageOptions | None) -> list[str]:
     """Prefixes (ending in ``/``) that hold a shardprep plan, read from the ``job.json`` objects listed."""
     from shardprep.inputs.discover import PLAN_FILE, is_plan_bytes
 
@@ -103,7 +104,7 @@ def _outputs(infos: list[ObjectInfo]) -> list[str]:
     for info in infos:
         if info.url.rsplit("/", 1)[-1] == PLAN_FILE and info.size < (1 << 20):
             try:
-                data = remote_store_for(info.url).read_bytes(info.url)
+                data = remote_store_for(info.url, storage).read_bytes(info.url)
             except (OSError, ValueError, ShardprepError):     # unreadable: not one of ours
                 continue
             if is_plan_bytes(data):
@@ -111,9 +112,9 @@ def _outputs(infos: list[ObjectInfo]) -> list[str]:
     return found
 
 
-def _listed(spec: str) -> tuple[list[ObjectInfo], bool]:
+def _listed(spec: str, storage: StorageOptions | None) -> tuple[list[ObjectInfo], bool]:
     """(the objects ``spec`` names, whether it named them explicitly: one object or a glob)."""
-    store = remote_store_for(spec)
+    store = remote_store_for(spec, storage)
     glob = _GLOB.search(spec, len(scheme(spec)) + 3)
     if glob and scheme(spec) in ("http", "https"):
         raise InputDataError(f"input {spec}: an HTTP server has no listings to match a glob against",
@@ -139,10 +140,11 @@ def _listed(spec: str) -> tuple[list[ObjectInfo], bool]:
     return under, False
 
 
-def expand_url(spec: str, found: dict[str, ObjectInfo]) -> list[tuple[str, bool]]:
-    """(url, explicit) for the objects ``spec`` names, in URL order; their listing records go to ``found``."""
-    infos, explicit = _listed(spec)
-    outputs = _outputs(infos)
+def expand_url(spec: str, found: dict[str, ObjectInfo], storage: StorageOptions | None) -> list[tuple[str, bool]]:
+    """(url, explicit) for the objects ``spec`` names (listed with ``storage``), in URL order; their listing
+    records go to ``found``."""
+    infos, explicit = _listed(spec, storage)
+    outputs = _outputs(infos, storage)
     if outputs:
         log.info("input discovery: left out %d shardprep output prefix(es) (never inputs): %s", len(outputs),
                  ", ".join(outputs[:5]))
@@ -163,24 +165,28 @@ def in_parallel(work: Callable[[T], R], items: Sequence[T]) -> list[R]:
         return list(pool.map(work, items))
 
 
-def remote_inputs(objects: Sequence[tuple[ObjectInfo, str, str | None]]) -> list["InputFile"]:
+def remote_inputs(objects: Sequence[tuple[ObjectInfo, str, str | None]],
+                  storage: StorageOptions | None) -> list["InputFile"]:
     """The planned records of listed objects, (listing, format, compression) each (``remote_input``); the
     parquet footers are read several at once."""
     parquet = [o for o in objects if o[1] == "parquet"]
-    return [remote_input(*o) for o in objects if o[1] != "parquet"] + in_parallel(lambda o: remote_input(*o), parquet)
+    return ([remote_input(*o, storage) for o in objects if o[1] != "parquet"]
+            + in_parallel(lambda o: remote_input(*o, storage), parquet))
 
 
-def remote_input(info: ObjectInfo, fmt: str, compression: str | None) -> "InputFile":
-    """The planned record of a listed object (a parquet object's rows read from its footer)."""
+def remote_input(info: ObjectInfo, fmt: str, compression: str | None,
+                 storage: StorageOptions | None) -> "InputFile":
+    """The planned record of a listed object, reached with ``storage`` (a parquet object's rows read from its
+    footer)."""
     from shardprep.inputs.discover import InputFile
     from shardprep.inputs.planned import OpenInput, parquet_file
 
     if fmt == "arrow":
         raise InputDataError(f"input {info.url}: Arrow files are read memory-mapped from a local disk only",
                              hint="stage them (`shardprep stage`), or name parquet/jsonl objects instead")
-    inp = InputFile(info.url, info.size, info.mtime_ns, fmt, compression, None, info.identity)
+    inp = InputFile(info.url, info.size, info.mtime_ns, fmt, compression, None, info.identity, storage)
     if fmt != "parquet":
         return inp
     with OpenInput(inp) as opened:
         rows = parquet_file(opened).metadata.num_rows
-    return InputFile(info.url, info.size, info.mtime_ns, fmt, compression, rows, info.identity)
+    return replace(inp, rows=rows)

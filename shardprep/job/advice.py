@@ -15,7 +15,7 @@ from pathlib import Path
 
 from shardprep.errors import EXIT_INPUT
 
-# How a task that stopped on a signal at a safe point ends its log (job/encode.py's ``check_stop``, logged as
+# How a task that stopped on a signal at a safe point ends its log (job/encode.py's ``StopFlag.check``, logged as
 # its failure): Ctrl-C in a local ``submit``, a Slurm pre-timeout signal or scancel.  Nothing to fix.
 _STOPPED_RE = re.compile(r"^task \d+ stopped on \w+ at a safe point")
 

@@ -6,17 +6,21 @@ its documents per block are kept with the ids it gave them (:class:`Sampler`): t
 with ``hf`` before its shard may stand (``tokenizer.backend.check_candidate``), so the check covers
 documents from the whole task, not just its start, and costs a few milliseconds.
 
-With several CPUs and a fast backend the blocks are encoded by worker processes (``job.parallel``);
-the shard's bytes do not depend on how many.  Either way the task says how far it is (:class:`Progress`):
-documents and tokens to its caller, and the input bytes read to its log, where ``status`` reads them.
+The task decides once how it encodes (:class:`Parallelism`) and hands one :class:`Encoding` to one
+:class:`Encoder`: :class:`InlineEncoder` here, or ``job.parallel.ParallelEncoder`` (a fast backend on
+several CPUs, in worker processes); the shard's bytes do not depend on which, nor on how many workers.
+Either way the task says how far it is (:class:`Progress`): documents and tokens to its caller, and the
+input bytes read to its log, where ``status`` reads them.
 """
 
 from __future__ import annotations
 
 import logging
+import signal
+import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator, Protocol
 
 import numpy as np
 
@@ -135,23 +139,105 @@ def task_batches(task: Task, opts: ReadOptions, skips: SkipLog, block_bytes: int
                              prefetch=prefetch)
 
 
-def check_stop(stop: object, task: int) -> None:
-    """Raise ``Preempted`` when ``stop`` (job.task's StopFlag, set by SIGUSR1/SIGTERM) is set."""
-    if stop:
-        raise Preempted(f"task {task} stopped on {getattr(stop, 'signal_name', 'a signal')} at a safe point; "
-                        f"temporary shard removed, safe to requeue")
+class StopFlag:
+    """Set by SIGUSR1/SIGTERM (Slurm's pre-timeout signal, scancel, Ctrl-C in a local ``submit``); the
+    encoders look at it between blocks, the task's safe points."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.signal_name = ""
+
+    def set(self, signum: int, _frame: object = None) -> None:
+        self.signal_name = signal.Signals(signum).name
+        self._event.set()
+
+    def __bool__(self) -> bool:
+        return self._event.is_set()
+
+    def check(self, task: int) -> None:
+        """Raise ``Preempted`` when set (the task then drops its temporary shard and exits 75)."""
+        if self:
+            raise Preempted(f"task {task} stopped on {self.signal_name or 'a signal'} at a safe point; "
+                            f"temporary shard removed, safe to requeue")
 
 
-def encode_inline(batches: Iterator[DocBatch], backend: Backend, bounds: Boundaries, writer: ShardWriter,
-                  stop: object, task: int, progress: Progress | None, sampler: Sampler | None) -> None:
-    """Encode ``batches`` in this process and write them; stop at a safe point (between batches) when
-    ``stop`` is set."""
-    for batch in batches:
-        flat, lengths = backend.encode(batch)
-        if sampler is not None:
-            sampler.take(batch, flat, lengths)
-        flat, lengths = add_boundary_tokens(flat, lengths, bounds.bos, bounds.eos)
-        writer.add(flat, lengths)
-        if progress:
-            progress(len(lengths), int(flat.size), batch_bytes(batch))
-        check_stop(stop, task)
+@dataclass(frozen=True)
+class Parallelism:
+    """How a task uses its ``threads`` CPUs, decided once (``job.task``) for whichever backend encodes.
+
+    ``hf`` runs them as threads of its own (tokenizers' Rust pool, ``HFBackend(threads=)``).  A fast backend
+    holds the GIL for a whole call and scales poorly on threads of its own, so it runs on one thread in
+    each of ``processes`` forked workers (``job.parallel``).  ``--strict`` tasks encode in this process
+    (``processes`` 1): the first bad line must stop the task where it is, with its exact location.
+    The sidecar's ``stats.threads`` records ``threads``, what the task was given."""
+
+    threads: int
+    processes: int
+
+    @classmethod
+    def for_task(cls, cpus: int, *, strict: bool) -> Parallelism:
+        return cls(threads=cpus, processes=1 if strict else cpus)
+
+    def forks(self, backend: Backend) -> bool:
+        """Whether ``backend`` encodes in worker processes (a fast one, with several CPUs)."""
+        return self.processes > 1 and backend.name != "hf"
+
+    def describe(self, backend: Backend) -> str:
+        """For the task log: what ``backend`` runs on."""
+        if self.forks(backend):
+            return f"{self.processes} worker process(es)"
+        return f"{self.threads if backend.name == 'hf' else 1} thread(s)"
+
+
+@dataclass(frozen=True)
+class Encoding:
+    """One encoding of a task's documents into its shard, everything an :class:`Encoder` needs: the work
+    and how it is read, the backend and the ids put around each document, the writer, when to stop,
+    where progress, samples (a fast backend's, for the check) and skips go."""
+
+    work: Task
+    read: ReadOptions
+    backend: Backend
+    bounds: Boundaries
+    writer: ShardWriter
+    stop: StopFlag
+    progress: Progress
+    sampler: Sampler | None
+    skips: SkipLog
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """What an encoder reports beside the shard it wrote: its workers' peak RSS added up (0: it encoded in
+    this process; the task's own memory is counted beside it)."""
+
+    workers_rss: int = 0
+
+
+class Encoder(Protocol):
+    def encode(self, enc: Encoding) -> Encoded:
+        """Every document of ``enc.work`` encoded and added to ``enc.writer`` in order; ``Preempted`` once
+        ``enc.stop`` is set (at a safe point)."""
+        ...
+
+
+def encoded_batch(batch: DocBatch, backend: Backend, bounds: Boundaries,
+                  sampler: Sampler | None) -> tuple[np.ndarray, np.ndarray]:
+    """``batch``'s ids and lengths with BOS/EOS; sampled before they are added (the check compares the
+    backend's own ids)."""
+    flat, lengths = backend.encode(batch)
+    if sampler is not None:
+        sampler.take(batch, flat, lengths)
+    return add_boundary_tokens(flat, lengths, bounds.bos, bounds.eos)
+
+
+class InlineEncoder:
+    """Encodes in this process, a block at a time, and stops at a safe point (between blocks)."""
+
+    def encode(self, enc: Encoding) -> Encoded:
+        for batch in task_batches(enc.work, enc.read, enc.skips, enc.backend.block_bytes):
+            flat, lengths = encoded_batch(batch, enc.backend, enc.bounds, enc.sampler)
+            enc.writer.add(flat, lengths)
+            enc.progress(len(lengths), int(flat.size), batch_bytes(batch))
+            enc.stop.check(enc.work.index)
+        return Encoded()

@@ -47,7 +47,7 @@ def build_index(output: Path) -> Index:
         for reason, n in sc.skipped:
             skipped[reason] = skipped.get(reason, 0) + n
     totals = state.totals()
-    if totals["documents"] == 0:
+    if totals.documents == 0:
         raise InputDataError(
             f"the job in {output} produced zero documents (skipped: {skipped})",
             hint="check --text-field / --txt-mode and the input files (the sidecars' skipped_examples); "
@@ -55,14 +55,14 @@ def build_index(output: Path) -> Index:
         )
     return Index(
         format_version=FORMAT_VERSION, created_by=CREATED_BY, plan_fingerprint=job.fingerprint,
-        tokenizer_fingerprint=job.tokenizer.fingerprint, tokenizer=_index_tokenizer(job),
+        tokenizer_fingerprint=job.tokenizer.fingerprint, tokenizer=index_tokenizer(job),
         layout=job.options.layout, dtype=job.tokenizer.dtype, shards=tuple(shards),
-        totals=IndexTotals(len(shards), totals["samples"], totals["documents"], totals["tokens"], totals["bytes"],
-                           skipped),
+        totals=IndexTotals(len(shards), totals.samples, totals.documents, totals.tokens, totals.bytes, skipped),
     )
 
 
-def _index_tokenizer(job: Job) -> IndexTokenizer:
+def index_tokenizer(job: Job) -> IndexTokenizer:
+    """The plan's tokenizer as index.json records it (also the report's, before there is an index)."""
     tok, opts = job.tokenizer, job.options
     return IndexTokenizer(tok.source, tok.vocab_size, tok.dtype, tok.eos_id, tok.bos_id, tok.pad_id, tok.eos_token,
                           tok.bos_token, tok.pad_token, opts.add_eos, opts.add_bos)
@@ -81,7 +81,7 @@ def plan_problems(index: Index, job: Job) -> list[str]:
     got: dict[str, object] = {"plan_fingerprint": index.plan_fingerprint, "layout": index.layout,
                               "tokenizer_fingerprint": index.tokenizer_fingerprint, "dtype": index.dtype,
                               "totals.shards": len(index.shards)}
-    for key, value in _index_tokenizer(job).to_dict().items():
+    for key, value in index_tokenizer(job).to_dict().items():
         if key != "source":
             want[f"tokenizer.{key}"], got[f"tokenizer.{key}"] = value, getattr(index.tokenizer, key)
     return [f"field '{key}': is {got[key]!r} but {JOB_FILE} says {value!r}" for key, value in want.items()

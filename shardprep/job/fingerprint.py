@@ -7,6 +7,7 @@ layout change and finished shards stay finished.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import operator
@@ -34,13 +35,14 @@ def _canonical(obj: object) -> bytes:
 
 @functools.cache
 def _sorted_fields(cls: type[DataclassInstance]) -> tuple[tuple[str, ...], Callable[[object], tuple[Any, ...]]]:
-    names = tuple(sorted(cls.__dataclass_fields__))
+    names = tuple(sorted(f.name for f in dataclasses.fields(cls) if f.metadata.get("written", True)))
     return names, operator.attrgetter(*names)
 
 
 def _sorted_dict(obj: DataclassInstance) -> dict[str, Any]:
     """A flat dataclass as a dict with sorted keys: what ``asdict`` + ``OPT_SORT_KEYS`` serialise to, without
-    ``asdict``'s deep copy (planning a million inputs calls this two million times)."""
+    ``asdict``'s deep copy (planning a million inputs calls this two million times).  Fields that are never
+    written (``records.NOT_WRITTEN``: an input's ``storage``) are how to read, not what is planned."""
     names, values = _sorted_fields(type(obj))
     return dict(zip(names, values(obj)))
 

@@ -7,10 +7,11 @@ Errors name the option (as spelled on the command line), the value and what is a
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 from shardprep.errors import ConfigError
+from shardprep.records import Record
 from shardprep.shard.format import DEFAULT_CHUNK_TOKENS, LAYOUTS
 
 TXT_MODES = ("line", "paragraph")
@@ -23,7 +24,7 @@ def _require(cond: bool, option: str, value: Any, allowed: str) -> None:
 
 
 @dataclass(frozen=True)
-class TokenizeOptions:
+class TokenizeOptions(Record):
     """Every option that affects shard contents (recorded in job.json, part of the fingerprint)."""
 
     text_field: str = "text"          # jsonl key / parquet column / dataset column holding the text
@@ -46,9 +47,6 @@ class TokenizeOptions:
         _require(self.backend in BACKENDS, "--backend", self.backend, f"one of {BACKENDS}")
         _require(self.max_doc_bytes >= 1, "--max-doc-bytes", self.max_doc_bytes, "must be >= 1")
         _require(self.chunk_tokens >= 1, "--chunk-tokens", self.chunk_tokens, "must be >= 1")
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "TokenizeOptions":

@@ -1,5 +1,5 @@
-"""One task on several CPUs: its items cut into pieces that worker processes read and encode, while the
-task writes their ids in order.
+"""One task on several CPUs (:class:`ParallelEncoder`): its items cut into pieces that worker processes
+read and encode, while the task writes their ids in order.
 
 Why processes: gigatoken holds the GIL for a whole ``encode_batch`` call and the readers are Python, so
 threads of one process cannot run two blocks at once (measured: two threads took twice as long).  The
@@ -33,16 +33,16 @@ import numpy as np
 
 from shardprep import errors
 from shardprep.errors import ShardprepError
-from shardprep.inputs.batches import ReadCount, item_batches
+from shardprep.inputs.batches import ReadCount, piece_batches
 from shardprep.inputs.health import ItemWatch
 from shardprep.inputs.readers import MAX_EXAMPLES, ReadOptions, SkipExample, SkipLog, WorkItem
-from shardprep.job.encode import Boundaries, Progress, Sampler, check_stop
+from shardprep.job.encode import Boundaries, Encoded, Encoding, Sampler, StopFlag, encoded_batch
 from shardprep.job.resources import peak_rss_bytes
 from shardprep.job.slots import PieceIds, Slots, Workers
 from shardprep.shard.format import DTYPES
-from shardprep.shard.writer import ShardWriter, narrow_ids
+from shardprep.shard.writer import narrow_ids
 from shardprep.storage.objects import READS, ReadCounts
-from shardprep.tokenizer.backend import Backend, add_boundary_tokens
+from shardprep.tokenizer.backend import Backend
 
 MIN_PIECE = 4 << 20
 MAX_PIECE = 32 << 20
@@ -154,20 +154,28 @@ def _die_with_parent() -> None:
         pass
 
 
-def _encode_piece(piece: Piece, opts: ReadOptions, backend: Backend, bounds: Boundaries, dtype: str,
-                  sample: bool, slots: Slots) -> tuple[PieceResult, tuple[bytes, bytes] | None]:
+@dataclass(frozen=True)
+class _Setup:
+    """What every worker encodes with (the task's, inherited by the fork): ``dtype`` the shard's, ``sample``
+    whether it keeps samples for the check."""
+
+    read: ReadOptions
+    backend: Backend
+    bounds: Boundaries
+    dtype: str
+    sample: bool
+
+
+def _encode_piece(piece: Piece, setup: _Setup, slots: Slots) -> tuple[PieceResult, tuple[bytes, bytes] | None]:
     skips = SkipLog()
     count = ReadCount()
     reads = READS.snapshot()
-    sampler = Sampler() if sample else None
+    sampler = Sampler() if setup.sample else None
     out = PieceIds(slots, piece.slot)
-    for batch in item_batches(piece.input, piece.work, opts, skips, block_bytes=backend.block_bytes,
-                              watch=False, count=count):
-        flat, lengths = backend.encode(batch)
-        if sampler is not None:
-            sampler.take(batch, flat, lengths)
-        flat, lengths = add_boundary_tokens(flat, lengths, bounds.bos, bounds.eos)
-        out.add(narrow_ids(flat, dtype), lengths)
+    for batch in piece_batches(piece.input, piece.work, setup.read, skips, count,
+                               block_bytes=setup.backend.block_bytes):
+        flat, lengths = encoded_batch(batch, setup.backend, setup.bounds, sampler)
+        out.add(narrow_ids(flat, setup.dtype), lengths)
     piped = out.piped()
     result = PieceResult(piece.index, out.docs, out.tokens, count.lines, skips.counts, skips.examples,
                          skips.nul_bytes, sampler, READS.snapshot().since(reads), worker=os.getpid(),
@@ -175,8 +183,7 @@ def _encode_piece(piece: Piece, opts: ReadOptions, backend: Backend, bounds: Bou
     return result, piped
 
 
-def _worker(conn: Connection, opts: ReadOptions, backend: Backend, bounds: Boundaries, dtype: str,
-            sample: bool, slots: Slots) -> None:
+def _worker(conn: Connection, setup: _Setup, slots: Slots) -> None:
     """Encode pieces until told to stop (None); signals are the task's to act on."""
     _die_with_parent()
     for s in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):
@@ -186,7 +193,7 @@ def _worker(conn: Connection, opts: ReadOptions, backend: Backend, bounds: Bound
         if piece is None:
             return
         try:
-            result, piped = _encode_piece(piece, opts, backend, bounds, dtype, sample, slots)
+            result, piped = _encode_piece(piece, setup, slots)
         except Exception as e:
             message = e.args[0] if isinstance(e, ShardprepError) and e.args else str(e)
             conn.send(PieceResult(piece.index, error=(type(e).__name__, message, getattr(e, "hint", None))))
@@ -223,7 +230,7 @@ def _receive(pool: Workers, k: int, slot: int) -> tuple[PieceResult, np.ndarray,
     return result, np.frombuffer(piped[0], pool.slots.dtype), np.frombuffer(piped[1], np.int64)
 
 
-def _results(pieces: list[Piece], pool: Workers, stop: object, task: int,
+def _results(pieces: list[Piece], pool: Workers, stop: StopFlag,
              meanwhile: Callable[[], None] | None) -> Iterator[tuple[Piece, PieceResult, np.ndarray, np.ndarray]]:
     """(piece, result, ids, lengths) in piece order, keeping every worker busy.  The ids may lie in the
     piece's slot: the caller is done with them when it asks for the next piece.
@@ -244,7 +251,7 @@ def _results(pieces: list[Piece], pool: Workers, stop: object, task: int,
         meanwhile()
     for want in range(len(pieces)):
         while want not in done:
-            check_stop(stop, task)
+            stop.check(pool.task)
             conns = [c for c, h in zip(pool.conns, pool.held) if h]
             ready = wait(conns + [p.sentinel for p in pool.procs], timeout=0.2)
             for k, conn in enumerate(pool.conns):
@@ -303,31 +310,35 @@ class _Merge:
             self.watch = None
 
 
-def encode_parallel(items: Any, opts: ReadOptions, backend: Backend, bounds: Boundaries, writer: ShardWriter,
-                    stop: object, task: int, progress: Progress | None, sampler: Sampler | None,
-                    skips: SkipLog, workers: int, meanwhile: Callable[[], None] | None = None) -> int:
-    """``job.encode.encode_inline`` for a task with ``workers`` CPUs (and a fast backend); returns the
-    workers' peak RSS added up (the task's own memory is beside it).  ``meanwhile`` is run by the task
-    once the workers have their first pieces (it would otherwise wait for their ids)."""
-    pieces = plan_pieces(items, opts, workers)
-    n = min(workers, len(pieces))
-    step = piece_bytes(items, workers)     # room for as many ids as bytes read, a length for every 8 bytes
-    slots = Slots(n * (IN_FLIGHT + SPARE_SLOTS), step, step // 8, np.dtype(DTYPES[writer.dtype_name]))
-    pool = Workers(n, _worker, (opts, backend, bounds, writer.dtype_name, sampler is not None), slots, task)
-    merge = _Merge(items, skips, sampler)
-    shares = piece_shares(items, pieces)
-    peaks: dict[int, int] = {}
-    finished = False
-    try:
-        for piece, result, flat, lengths in _results(pieces, pool, stop, task, meanwhile):
-            merge.add(piece, result)
-            peaks[result.worker] = max(peaks.get(result.worker, 0), result.peak_rss)
-            writer.add(flat, lengths)
-            writer.release()                  # its slot is given out again
-            if progress:
-                progress(result.documents, result.tokens, shares[piece.index])
-        merge.finish()
-        finished = True
-    finally:
-        pool.close(finished)
-    return sum(peaks.values())
+class ParallelEncoder:
+    """``job.encode.Encoder`` for a fast backend on several CPUs: ``processes`` forked workers (fewer when
+    the task has fewer pieces).  ``meanwhile`` is run by the task once the workers have their first pieces
+    (it would otherwise wait for their ids: the task loads the hf reference for the check)."""
+
+    def __init__(self, processes: int, meanwhile: Callable[[], None] | None = None) -> None:
+        self.processes, self.meanwhile = processes, meanwhile
+
+    def encode(self, enc: Encoding) -> Encoded:
+        items, writer = enc.work.items, enc.writer
+        pieces = plan_pieces(items, enc.read, self.processes)
+        n = min(self.processes, len(pieces))
+        step = piece_bytes(items, self.processes)   # room for as many ids as bytes read, a length per 8 bytes
+        slots = Slots(n * (IN_FLIGHT + SPARE_SLOTS), step, step // 8, np.dtype(DTYPES[writer.dtype_name]))
+        setup = _Setup(enc.read, enc.backend, enc.bounds, writer.dtype_name, enc.sampler is not None)
+        pool = Workers(n, _worker, (setup,), slots, enc.work.index)
+        merge = _Merge(items, enc.skips, enc.sampler)
+        shares = piece_shares(items, pieces)
+        peaks: dict[int, int] = {}
+        finished = False
+        try:
+            for piece, result, flat, lengths in _results(pieces, pool, enc.stop, self.meanwhile):
+                merge.add(piece, result)
+                peaks[result.worker] = max(peaks.get(result.worker, 0), result.peak_rss)
+                writer.add(flat, lengths)
+                writer.release()                  # its slot is given out again
+                enc.progress(result.documents, result.tokens, shares[piece.index])
+            merge.finish()
+            finished = True
+        finally:
+            pool.close(finished)
+        return Encoded(workers_rss=sum(peaks.values()))

@@ -189,6 +189,10 @@ def check_task_count(output: Path, job: Job) -> None:
 
 
 def read_task(output: Path, job: Job, t: int) -> Task:
-    """One task of the plan in ``output`` (what ``run-task`` reads)."""
+    """One task of the plan in ``output`` (what ``run-task`` reads), its remote inputs reached with the
+    plan's ``storage`` (job.json), as planning reached them: every read of the task gets it from its input."""
     with TaskTable(output, job) as table:
-        return table.task(t)
+        task = table.task(t)
+    if job.storage is None:
+        return task
+    return Task(task.index, tuple(TaskItem(i.input.reached_with(job.storage), i.work) for i in task.items))

@@ -20,12 +20,13 @@ now; ``job.logs``).  A job that went through Slurm says what is running or pendi
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Protocol, Sequence
+from typing import ClassVar, Mapping, Protocol, Sequence
 
 from shardprep.job.plan_files import TaskTable
 from shardprep.job.schema import Job
+from shardprep.records import Record
 from shardprep.units import human_bytes
 
 
@@ -55,9 +56,21 @@ class Attempts(Protocol):
     def read_bytes(self) -> int: ...
 
 
+class Queue(Protocol):
+    """What the estimate reads of a scheduler's view of the job (``executor.slurm.state.SlurmView``)."""
+
+    def ids(self, state: str) -> list[int]: ...
+
+
 @dataclass(frozen=True)
-class JobProgress:
-    """Done work, the wall time it took and the ETA of the rest (epoch seconds, bytes, tokens)."""
+class JobProgress(Record):
+    """Done work, the wall time it took and the ETA of the rest (epoch seconds, bytes, tokens); written
+    (``status --json``, ``report``'s numbers) with the rates derived from them."""
+
+    JSON_KEYS: ClassVar[tuple[str, ...]] = (
+        "tasks", "done", "running", "pending", "input_bytes", "done_bytes", "running_bytes", "tokens", "task_s",
+        "started_at", "finished_at", "elapsed_s", "eta_s", "eta_basis", "work_bytes", "work_done",
+        "input_bytes_per_s", "tokens_per_s", "tasks_per_min", "parallelism")
 
     tasks: int
     done: int
@@ -104,11 +117,6 @@ class JobProgress:
         """Task seconds per wall second: how many tasks ran at once on average (start-up excluded)."""
         return self._per_s(self.task_s) if self.task_s else None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "work_bytes": self.work_bytes, "work_done": self.work_done, "input_bytes_per_s": self.input_bytes_per_s,
-                "tokens_per_s": self.tokens_per_s, "tasks_per_min": self.tasks_per_min,
-                "parallelism": self.parallelism}
-
 
 def planned_input_bytes(output: Path, job: Job) -> list[int]:
     """Input bytes of every planned task, in task order (one pass over ``plan/``; 10,000 tasks: ~0.1 s)."""
@@ -122,11 +130,11 @@ def running_from_logs(done: Mapping[int, object], logs: Mapping[int, Attempts]) 
 
 
 def activity(done: Mapping[int, object], logs: Mapping[int, Attempts],
-             slurm: dict[str, Any] | None) -> tuple[list[int], int]:
-    """(tasks running, how many pending) now: squeue's word for a job submitted to Slurm (``status
-    --json``'s ``slurm``), else the task logs (a local pool's queue is not on disk: pending is 0)."""
-    if slurm is not None:
-        return list(slurm["running"]), len(slurm["pending"])
+             queue: Queue | None) -> tuple[list[int], int]:
+    """(tasks running, how many pending) now: squeue's word for a job submitted to Slurm (``queue``, the
+    Slurm view), else the task logs (a local pool's queue is not on disk: pending is 0)."""
+    if queue is not None:
+        return queue.ids("running"), len(queue.ids("pending"))
     return running_from_logs(done, logs), 0
 
 

@@ -30,11 +30,12 @@ must not change the task assignment because the cluster has fewer CPUs now).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, replace
-from typing import TYPE_CHECKING, Any, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Sequence
 
 from shardprep.inputs.discover import InputFile
 from shardprep.job.options import PlanOptions, TokenizeOptions
+from shardprep.job.schema.sizing import Sizing
 from shardprep.units import human_bytes
 
 if TYPE_CHECKING:
@@ -48,25 +49,6 @@ MIN_TARGET = 64 * MIB               # at least this much input per task when the
 UNKNOWN_RATIO_FLOOR = 128 * MIB     # the floor when it is not (compressed / columnar inputs only)
 PIECE_FRACTION = 2                  # packs and split pieces are at least target / PIECE_FRACTION
 MARGIN = 1.25                       # headroom on the sampled ratio
-
-RULES = ("auto", "target", "one-file-per-task")
-
-
-@dataclass(frozen=True)
-class Sizing:
-    """The shape the planner used, recorded in job.json (``sizing``) and printed by ``plan``/``submit``.
-
-    ``target_task_bytes`` None means one input file per task.
-    """
-
-    rule: str                               # auto | target (--target-task-bytes) | one-file-per-task
-    target_task_bytes: int | None
-    reason: str
-    parallel_tasks: int | None = None       # the task slots the auto rule divided by
-    shard_ratio: float | None = None        # sampled shard bytes per input byte (auto rule)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def floor_bytes(shard_ratio: float | None) -> int:
@@ -136,7 +118,7 @@ def choose_sizing(inputs: Sequence[InputFile], tokenizer: ResolvedTokenizer, opt
     ``slots``: (tasks the executor runs at once, why), used unless ``--parallel-tasks`` was given; None:
     this machine's CPUs.
     """
-    import numpy as np  # here, not at the top: job.schema imports this module, and stage must not load numpy
+    import numpy as np  # here, not at the top: doctor and plan's messages import this module, numpy-free
 
     from shardprep.job.resources import usable_cpus
     from shardprep.job.shard_ratio import sample_shard_ratio

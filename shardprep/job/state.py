@@ -11,7 +11,7 @@ from typing import Callable, Iterable
 
 from shardprep.errors import ConfigError, RecordError, TokenizerError
 from shardprep.job.schema import Job
-from shardprep.records import read_record
+from shardprep.records import Record, read_record
 from shardprep.shard.format import JOB_FILE, TOKENIZER_FILE, shard_name, sidecar_name
 from shardprep.shard.sidecar import Sidecar, SidecarSummary
 
@@ -72,6 +72,17 @@ def check_task(output: Path, job: Job, task: int, *,
     return sidecar, None
 
 
+@dataclass(frozen=True)
+class JobTotals(Record):
+    """What the done tasks hold, summed (``status``; finalize's index totals)."""
+
+    documents: int
+    tokens: int
+    bytes: int
+    samples: int
+    skipped: int
+
+
 @dataclass
 class JobState:
     n_tasks: int
@@ -86,11 +97,11 @@ class JobState:
     def complete(self) -> bool:
         return not self.problems
 
-    def totals(self) -> dict[str, int]:
+    def totals(self) -> JobTotals:
         done = self.done.values()
-        return {"documents": sum(s.documents for s in done), "tokens": sum(s.tokens for s in done),
-                "bytes": sum(s.bytes for s in done), "samples": sum(s.samples for s in done),
-                "skipped": sum(s.skipped_total for s in done)}
+        return JobTotals(documents=sum(s.documents for s in done), tokens=sum(s.tokens for s in done),
+                         bytes=sum(s.bytes for s in done), samples=sum(s.samples for s in done),
+                         skipped=sum(s.skipped_total for s in done))
 
 
 def job_state(output: Path, job: Job | None = None, *,

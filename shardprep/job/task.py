@@ -17,15 +17,25 @@ import os
 import signal
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from shardprep.errors import InputDataError
 from shardprep.inputs.planned import changed_since_planned, connect_ahead
 from shardprep.inputs.readers import SkipLog
 from shardprep.job import logs
-from shardprep.job.encode import Boundaries, Progress, ProgressFn, Sampler, encode_inline, task_batches
+from shardprep.job.encode import (
+    Boundaries,
+    Encoder,
+    Encoding,
+    InlineEncoder,
+    Parallelism,
+    Progress,
+    ProgressFn,
+    Sampler,
+    StopFlag,
+)
 from shardprep.job.plan_files import read_task
 from shardprep.job.resources import keep_freed_memory, peak_rss_bytes, set_tokenizer_threads, usable_cpus
 from shardprep.job.schema import CREATED_BY, Job, Task, TaskItem
@@ -35,7 +45,7 @@ from shardprep.shard.provenance import BackendRecord, RemoteReads, TaskStats
 from shardprep.shard.sidecar import Sidecar
 from shardprep.shard.writer import ShardResult, ShardWriter
 from shardprep.storage.atomic import remove_stale_temps, write_json_atomic
-from shardprep.storage.locations import default_storage, is_url
+from shardprep.storage.locations import is_url
 from shardprep.storage.objects import READS, ReadCounts
 from shardprep.tokenizer.backend import BACKENDS, Backend, Opened, backend_record, check_candidate, open_backend
 
@@ -49,21 +59,6 @@ class TaskResult:
     documents: int
     tokens: int
     sidecar: Sidecar
-
-
-class StopFlag:
-    """Set by the pre-timeout signal; polled by the task between batches."""
-
-    def __init__(self) -> None:
-        self._event = threading.Event()
-        self.signal_name = ""
-
-    def set(self, signum: int, _frame: object = None) -> None:
-        self.signal_name = signal.Signals(signum).name
-        self._event.set()
-
-    def __bool__(self) -> bool:
-        return self._event.is_set()
 
 
 def _install_stop_handlers(stop: StopFlag) -> dict[int, Any]:
@@ -134,7 +129,7 @@ def run_task(output: Path, task: int, *, progress: ProgressFn | None = None,
         log.info("task %d already done (%s); skipping", task, shard_name(task))
         return TaskResult(task, True, existing.documents, existing.tokens, existing)
     attempted = _log_path(output, task).exists()
-    with _task_log(output, task), _stop_on_signals() as stop, default_storage(job.storage):
+    with _task_log(output, task), _stop_on_signals() as stop:
         try:
             return _run(output, job, task, stop, progress, threads, attempted)
         except Exception as e:
@@ -144,15 +139,39 @@ def run_task(output: Path, task: int, *, progress: ProgressFn | None = None,
 
 @dataclass(frozen=True)
 class _Context:
-    """What the steps of one run share: the plan's header, the task's work, the frozen tokenizer."""
+    """What the steps of one run share: the plan's header, the task's work, the frozen tokenizer, how it
+    uses its CPUs."""
 
     output: Path
     job: Job
     work: Task
     tok_json: str
-    threads: int
+    parallelism: Parallelism
     started: float
-    workers_rss: list[int] = field(default_factory=list)   # peak RSS of the encoding workers, when forked
+
+
+@dataclass(frozen=True)
+class Written:
+    """One encoding of the task: its shard, its skips and the sidecar's ``backend`` record.  ``shard`` None:
+    under ``auto`` the candidate's ids differed from hf's and nothing was published (the record says why;
+    the caller writes the shard again with hf).  ``workers_rss``: the encoding workers' peak RSS."""
+
+    shard: ShardResult | None
+    skips: SkipLog
+    record: BackendRecord
+    workers_rss: int = 0
+
+
+@dataclass(frozen=True)
+class TaskCost:
+    """What running the task cost (the sidecar's ``stats``): ``threads`` the CPUs it was given,
+    ``peak_rss`` the task's with its encoding workers' (None: this process's), ``remote`` the requests,
+    retries and bytes of its remote inputs (only for tasks that read any)."""
+
+    elapsed: float
+    threads: int
+    peak_rss: int | None = None
+    remote: RemoteReads | None = None
 
 
 def _run(output: Path, job: Job, task: int, stop: StopFlag, progress: ProgressFn | None,
@@ -161,33 +180,25 @@ def _run(output: Path, job: Job, task: int, stop: StopFlag, progress: ProgressFn
     ctx = _load(output, job, task, threads)
     _remove_stale(output, task, attempted)
     opts = job.options
-    opened = open_backend(opts.backend, ctx.tok_json, allow_special_tokens=opts.allow_special_tokens)
+    opened = open_backend(opts.backend, ctx.tok_json, allow_special_tokens=opts.allow_special_tokens,
+                          hf_threads=ctx.parallelism.threads)
     written = _write_shard(ctx, opened, stop, progress)
-    if isinstance(written, BackendRecord):  # auto: the candidate's ids differ from hf's; written again with hf
-        fallback = written
-        hf = Opened(BACKENDS["hf"](ctx.tok_json, opts.allow_special_tokens), opts.backend, candidate=False)
-        result, skips, _ = _unwrap(_write_shard(ctx, hf, stop, progress))
-        backend_info = fallback
-    else:
-        result, skips, backend_info = written
+    if written.shard is None:               # auto: the candidate's ids differ from hf's; written again with hf
+        hf = Opened(_reference(ctx), opts.backend, candidate=False)
+        again = _write_shard(ctx, hf, stop, progress)
+        written = replace(again, record=written.record, workers_rss=max(written.workers_rss, again.workers_rss))
+    result, skips = written.shard, written.skips
+    assert result is not None, "hf is the reference: it has nothing to fall back from"
     elapsed = time.perf_counter() - ctx.started
     if result.documents == 0:
         log.warning("task %d produced no documents (skipped: %s)", task, skips.counts)
-    remote = _remote_reads(ctx.work, READS.snapshot().since(reads_before))
-    sidecar = build_sidecar(job, task, result, skips, backend_info, ctx.work.items, elapsed, ctx.threads,
-                            peak_rss=peak_rss_bytes() + max(ctx.workers_rss, default=0), remote=remote)
+    cost = TaskCost(elapsed, ctx.parallelism.threads, peak_rss=peak_rss_bytes() + written.workers_rss,
+                    remote=_remote_reads(ctx.work, READS.snapshot().since(reads_before)))
+    sidecar = build_sidecar(job, task, result, skips, written.record, ctx.work.items, cost)
     write_json_atomic(output / sidecar_name(task), sidecar.to_dict())
     log.info(logs.DONE, task, result.documents,
              result.tokens, result.bytes, skips.total, elapsed)
     return TaskResult(task, False, result.documents, result.tokens, sidecar)
-
-
-Written = tuple[ShardResult, SkipLog, BackendRecord]
-
-
-def _unwrap(written: Written | BackendRecord) -> Written:
-    assert not isinstance(written, BackendRecord), "hf is the reference: it has nothing to fall back from"
-    return written
 
 
 def _load(output: Path, job: Job, task: int, threads: int | None) -> _Context:
@@ -198,10 +209,10 @@ def _load(output: Path, job: Job, task: int, threads: int | None) -> _Context:
     _check_inputs_unchanged(work)
     connect_ahead(i.input for i in work.items)        # remote inputs: while the tokenizer loads
     tok_json = read_frozen_tokenizer(output, job)
-    n_threads = threads or usable_cpus()
-    set_tokenizer_threads(n_threads)
+    cpus = threads or usable_cpus()
+    set_tokenizer_threads(cpus)
     keep_freed_memory()
-    return _Context(output, job, work, tok_json, n_threads, started)
+    return _Context(output, job, work, tok_json, Parallelism.for_task(cpus, strict=job.options.strict), started)
 
 
 def _remove_stale(output: Path, task: int, attempted: bool) -> None:
@@ -218,49 +229,54 @@ def _remove_stale(output: Path, task: int, attempted: bool) -> None:
         stale.unlink(missing_ok=True)
 
 
-def _write_shard(ctx: _Context, opened: Opened, stop: StopFlag,
-                 progress: ProgressFn | None) -> Written | BackendRecord:
+def _reference(ctx: _Context) -> Backend:
+    """``hf`` as the task runs it (on its threads): the reference a candidate is checked against."""
+    return BACKENDS["hf"](ctx.tok_json, ctx.job.options.allow_special_tokens, threads=ctx.parallelism.threads)
+
+
+def _encoder(ctx: _Context, backend: Backend, meanwhile: Callable[[], None] | None) -> Encoder:
+    """How ``backend`` encodes the task: in worker processes (``job.parallel``: multiprocessing, only for a
+    fast backend with several CPUs) or in this process."""
+    if ctx.parallelism.forks(backend):
+        from shardprep.job.parallel import ParallelEncoder
+
+        return ParallelEncoder(ctx.parallelism.processes, meanwhile=meanwhile)
+    return InlineEncoder()
+
+
+def _write_shard(ctx: _Context, opened: Opened, stop: StopFlag, progress: ProgressFn | None) -> Written:
     """Steps 3-4: every document encoded and written; a fast backend's ids compared with hf's on documents
-    sampled throughout the task.  Returns the closed shard, its skips and the sidecar's ``backend``
-    record; or, under ``auto`` when the ids differ, only that record (nothing published: the caller
-    writes the shard again with hf)."""
+    sampled throughout the task.  Under ``auto``, when the ids differ, nothing is published
+    (``Written.shard`` None)."""
     job, opts = ctx.job, ctx.job.options
     bounds = Boundaries(job.tokenizer.bos_id if opts.add_bos else None, job.tokenizer.eos_id if opts.add_eos else None)
-    log.info(logs.BACKEND + " (%s), %d thread(s)", ctx.work.index, opened.backend.describe(),
-             "checked against hf as it encodes" if opened.candidate else "the reference", ctx.threads)
-    counted = Progress(ctx.work.index, ctx.work.input_bytes, progress)
+    log.info(logs.BACKEND + " (%s), %s", ctx.work.index, opened.backend.describe(),
+             "checked against hf as it encodes" if opened.candidate else "the reference",
+             ctx.parallelism.describe(opened.backend))
+    reference: list[Backend] = []       # hf, loaded while the workers encode (it is needed by the check)
+
+    def load_reference() -> None:
+        reference.append(_reference(ctx))
 
     with ShardWriter(ctx.output / shard_name(ctx.work.index), task=ctx.work.index, layout=opts.layout,
                      dtype=job.tokenizer.dtype, chunk_tokens=opts.chunk_tokens) as writer:
-        skips = SkipLog(strict=opts.strict)
-        sampler = Sampler() if opened.candidate else None
-        reference: list[Backend] = []       # hf, loaded while the workers encode (it is needed by the check)
-
-        def load_reference() -> None:
-            reference.append(BACKENDS["hf"](ctx.tok_json, opts.allow_special_tokens))
-
-        if ctx.threads > 1 and opened.backend.name != "hf" and not opts.strict:
-            from shardprep.job.parallel import encode_parallel  # (multiprocessing: only tasks with several CPUs)
-
-            ctx.workers_rss.append(encode_parallel(ctx.work.items, opts, opened.backend, bounds, writer, stop,
-                                                   ctx.work.index, counted, sampler, skips, ctx.threads,
-                                                   meanwhile=load_reference if sampler is not None else None))
-        else:
-            batches = task_batches(ctx.work, opts, skips, opened.backend.block_bytes)
-            encode_inline(batches, opened.backend, bounds, writer, stop, ctx.work.index, counted, sampler)
+        enc = Encoding(ctx.work, opts, opened.backend, bounds, writer, stop,
+                       Progress(ctx.work.index, ctx.work.input_bytes, progress),
+                       Sampler() if opened.candidate else None, SkipLog(strict=opts.strict))
+        encoded = _encoder(ctx, opened.backend, load_reference if opened.candidate else None).encode(enc)
         check = None
-        if sampler is not None:
+        if enc.sampler is not None:
             check = check_candidate(opened, ctx.tok_json, allow_special_tokens=opts.allow_special_tokens,
-                                    sample_texts=sampler.first, recorded=sampler.recorded,
+                                    sample_texts=enc.sampler.first, recorded=enc.sampler.recorded,
                                     plan_check=job.backend_check, fingerprint=job.tokenizer.fingerprint,
-                                    reference=reference[0] if reference else None)
+                                    reference=reference[0] if reference else _reference(ctx))
         record = backend_record(opened, check)
         log.info(logs.BACKEND, ctx.work.index, record)
         if record.name != opened.backend.name:
             writer.abort()
-            counted.undo()
-            return record
-        return writer.close(), skips, record
+            enc.progress.undo()
+            return Written(None, enc.skips, record, encoded.workers_rss)
+        return Written(writer.close(), enc.skips, record, encoded.workers_rss)
 
 
 def _remote_reads(work: Task, counts: ReadCounts) -> RemoteReads | None:
@@ -272,12 +288,10 @@ def _remote_reads(work: Task, counts: ReadCounts) -> RemoteReads | None:
 
 
 def build_sidecar(job: Job, task: int, result: ShardResult, skips: SkipLog, backend_info: BackendRecord | None,
-                  items: Sequence[TaskItem], elapsed: float, threads: int, peak_rss: int | None = None,
-                  remote: RemoteReads | None = None) -> Sidecar:
-    """Step 5: the sidecar of a written shard (public: the scaling benchmark synthesizes sidecars with it).
-    ``peak_rss``: the task's with its encoding workers' (default: this process's); ``remote``: requests,
-    retries and bytes of remote inputs (``stats.remote``, only for tasks that read any)."""
+                  items: Sequence[TaskItem], cost: TaskCost) -> Sidecar:
+    """Step 5: the sidecar of a written shard (public: the scaling benchmark synthesizes sidecars with it)."""
     opts, tok = job.options, job.tokenizer
+    elapsed, peak_rss = cost.elapsed, cost.peak_rss
     return Sidecar.holding(
         result, format_version=FORMAT_VERSION, created_by=CREATED_BY, task=task, shard=shard_name(task),
         plan_fingerprint=job.fingerprint, tokenizer_fingerprint=tok.fingerprint, layout=opts.layout,
@@ -286,7 +300,7 @@ def build_sidecar(job: Job, task: int, result: ShardResult, skips: SkipLog, back
         inputs=tuple(i.sidecar_input() for i in items),
         backend=backend_info or BackendRecord(None, requested=opts.backend),
         stats=TaskStats(elapsed_s=round(elapsed, 3),
-                        tokens_per_s=round(result.tokens / elapsed, 1) if elapsed > 0 else None, threads=threads,
-                        peak_rss_bytes=peak_rss_bytes() if peak_rss is None else peak_rss, host=os.uname().nodename,
-                        slurm_job=os.environ.get("SLURM_JOB_ID"), remote=remote),
+                        tokens_per_s=round(result.tokens / elapsed, 1) if elapsed > 0 else None,
+                        threads=cost.threads, peak_rss_bytes=peak_rss_bytes() if peak_rss is None else peak_rss,
+                        host=os.uname().nodename, slurm_job=os.environ.get("SLURM_JOB_ID"), remote=cost.remote),
     )

@@ -11,8 +11,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shardprep.loader.batches import Extras, doc_item, pack_rows, pad_arrays
+from shardprep.loader.batches import doc_item, pack_rows, pad_arrays
 from shardprep.loader.epoch import EpochReader
+from shardprep.loader.layout import Extras, Layout, Pack, Pad
 from shardprep.loader.order import Piece
 from shardprep.loader.reader import DecodedChunk
 
@@ -21,10 +22,9 @@ Row = tuple[EpochReader, int]
 
 @dataclass(frozen=True)
 class RowFormat:
-    """How units become arrays (the dataset's mode and options)."""
+    """How units become arrays (the dataset's layout and options; ``pad_id`` resolved for its ids)."""
 
-    mode: str
-    seq_len: int | None
+    layout: Layout
     extras: Extras
     pad_id: int
     wire_dtype: np.dtype
@@ -38,9 +38,9 @@ def doc_id(er: EpochReader, p: Piece, dc: DecodedChunk) -> tuple[int, int]:
 
 def assemble(fmt: RowFormat, rows: list[Row], unit_ids: np.ndarray) -> dict:
     """The wire dict of one batch (pack/pad) or one document (doc mode: exactly one row)."""
-    if fmt.mode == "pack":
-        assert fmt.seq_len is not None
-        out = pack_rows([(er.stream, er.reader, er.index.shard_doc_start, u) for er, u in rows], fmt.seq_len,
+    layout = fmt.layout
+    if isinstance(layout, Pack):
+        out = pack_rows([(er.stream, er.reader, er.index.shard_doc_start, u) for er, u in rows], layout.seq_len,
                         fmt.extras, fmt.wire_dtype)
         if fmt.extras.doc_info:
             out["unit_ids"] = np.asarray(unit_ids, dtype=np.int64)
@@ -50,17 +50,16 @@ def assemble(fmt: RowFormat, rows: list[Row], unit_ids: np.ndarray) -> dict:
         p = er.stream.locate(u)
         dc = er.reader.chunk(p.shard, p.chunk)
         found.append((er, p, dc, dc.doc(p.start)))
-    if fmt.mode == "pad":
-        assert fmt.seq_len is not None
-        arrays = pad_arrays([d for *_, d in found], fmt.seq_len, fmt.pad_id, fmt.wire_dtype)
+    if isinstance(layout, Pad):
+        arrays = pad_arrays([d for *_, d in found], layout.seq_len, fmt.pad_id, fmt.wire_dtype)
         if fmt.extras.doc_info:
             arrays["doc_ids"] = np.array([doc_id(er, p, dc)[1] for er, p, dc, _ in found], dtype=np.int64)
             arrays["unit_ids"] = np.asarray(unit_ids, dtype=np.int64)
         return arrays
     (er, p, dc, tokens), = found
     doc, gid = doc_id(er, p, dc)
-    if fmt.seq_len is not None:
-        tokens = tokens[:fmt.seq_len]
+    if layout.seq_len is not None:                 # Doc: truncated when a seq_len is given
+        tokens = tokens[:layout.seq_len]
     return doc_item(tokens, shard_name=er.index.shards[p.shard].name, doc=doc, doc_id=gid, unit=int(unit_ids[0]))
 
 

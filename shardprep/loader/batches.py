@@ -19,11 +19,11 @@ Conventions (Hugging Face causal LM):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
+from shardprep.loader.layout import Doc, Extras, Layout, Pack, Pad
 from shardprep.loader.order import EpochStream
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -47,14 +47,6 @@ class ChunkSource(Protocol):
     def chunk(self, shard: int, chunk: int) -> DecodedChunk: ...
 
     def table(self, shard: int) -> DocStarts: ...
-
-
-@dataclass(frozen=True)
-class Extras:
-    """Optional fields beyond input_ids/labels (/attention_mask)."""
-
-    position_ids: bool = False
-    doc_info: bool = False
 
 
 def _segments_to_positions(starts: np.ndarray) -> np.ndarray:
@@ -129,7 +121,7 @@ def doc_item(tokens: np.ndarray, *, shard_name: str, doc: int, doc_id: int, unit
     return {"input_ids": tokens.copy(), "shard": shard_name, "doc": doc, "doc_id": doc_id, "unit": unit}
 
 
-def to_tensors(item: dict, *, mode: str, unbatched: bool = False, pin: bool = False) -> dict:
+def to_tensors(item: dict, layout: Layout, *, unbatched: bool = False, pin: bool = False) -> dict:
     """Expand a wire dict into the batch the training loop sees (see the module docstring)."""
     import torch
 
@@ -140,14 +132,14 @@ def to_tensors(item: dict, *, mode: str, unbatched: bool = False, pin: bool = Fa
             out[k] = t.long() if k in _WIDEN and t.dtype != torch.int64 else t
         else:
             out[k] = v
-    if mode == "pack":
+    if isinstance(layout, Pack):
         out["labels"] = out["input_ids"].clone()
-    elif mode == "pad":
+    elif isinstance(layout, Pad):
         lengths = out.pop("lengths")
         mask = torch.arange(out["input_ids"].shape[1])[None, :] < lengths[:, None]
         out["attention_mask"] = mask.long()
         out["labels"] = out["input_ids"].masked_fill(~mask, IGNORE_INDEX)   # by length, never by id
-    if unbatched and mode != "doc":
+    if unbatched and not isinstance(layout, Doc):
         out = {k: (v[0] if isinstance(v, torch.Tensor) and k != "cu_seqlens" else v) for k, v in out.items()}
     if pin:
         out = {k: (v.pin_memory() if isinstance(v, torch.Tensor) else v) for k, v in out.items()}

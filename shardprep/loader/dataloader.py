@@ -19,9 +19,10 @@ from typing import Any, Iterator
 from shardprep.errors import ConfigError
 from shardprep.loader import distribute as D
 from shardprep.loader.dataset import PassSpec, ShardDataset
+from shardprep.loader.layout import Doc
 from shardprep.loader.mixstate import mixture_state
 from shardprep.loader.mixstate import resume as resume_mixture
-from shardprep.loader.world import World, resolve_world
+from shardprep.loader.world import Placement, World
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,7 @@ class ShardLoader:
     def __init__(self, dataset: ShardDataset, *, batch_size: int | None, num_workers: int = 0,
                  pin_memory: bool = False, rank: int | None = None, world_size: int | None = None,
                  batches_per_transfer: int | None = None, **dataloader_kwargs: Any):
-        if dataset.mode == "doc":
+        if isinstance(dataset.layout, Doc):
             if batch_size not in (None, 1):
                 raise ConfigError(f"batch_size={batch_size} is invalid for mode='doc' (documents are yielded "
                                   f"one at a time): use batch_size=None")
@@ -71,7 +72,7 @@ class ShardLoader:
         unit_tokens = dataset.seq_len or max(1, dataset.total_tokens // max(1, dataset.total_docs))
         self.per_transfer = int(batches_per_transfer or max(1, TRANSFER_TOKENS // ((self.batch_size or 1) * unit_tokens)))
         self.num_workers, self.pin_memory = int(num_workers), bool(pin_memory) and _can_pin()
-        self.rank, self.world_size = rank, world_size
+        self.placement = Placement(rank, world_size).over(dataset.placement)     # each one given wins
         self.dataloader_kwargs = dataloader_kwargs
         self.epoch = dataset.epoch
         self._full = D.normalize([(0, dataset.num_units)])
@@ -83,8 +84,7 @@ class ShardLoader:
 
     # -- position ---------------------------------------------------------------------------------------
     def world(self) -> World:
-        return resolve_world(self.rank if self.rank is not None else self.dataset.rank,
-                             self.world_size if self.world_size is not None else self.dataset.world_size)
+        return self.placement.resolve()
 
     def _split(self) -> D.Split:
         if self._pass is not None:

@@ -19,31 +19,32 @@ documents in doc mode.  ``ShardDataset(path, mode="doc", shuffle=False)`` is eve
 from __future__ import annotations
 
 import copy
-import glob
 import logging
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 from torch.utils.data import IterableDataset
 
-from shardprep.errors import ConfigError, InputDataError
+from shardprep.errors import ConfigError
 from shardprep.loader import distribute as D
 from shardprep.loader.assemble import RowFormat, SinglePass
-from shardprep.loader.batches import Extras, to_tensors
+from shardprep.loader.batches import to_tensors
+from shardprep.loader.config import Dataset, LegacyTars, LoaderConfig, LoaderKeywords, from_keywords
 from shardprep.loader.epoch import EpochReader, ReadOptions
 from shardprep.loader.index import DatasetIndex, load_index
+from shardprep.loader.layout import Doc, Extras, Layout, Pack, Pad
 from shardprep.loader.mixread import MixturePass
-from shardprep.loader.mixture import MixSpec, mixture_spec, open_mixture
-from shardprep.loader.world import World, resolve_world, worker_slot
-from shardprep.shard.format import DTYPES, INDEX_FILE, JOB_FILE
-from shardprep.storage.locations import StorageOptions, is_url
-from shardprep.storage.s3 import ClientOptions
+from shardprep.loader.mixture import MixSpec, Mixture, open_mixture
+from shardprep.loader.world import World, worker_slot
+from shardprep.shard.format import DTYPES
+from shardprep.storage.locations import StorageOptions
+
+if TYPE_CHECKING:  # pragma: no cover
+    from typing_extensions import Unpack
 
 log = logging.getLogger(__name__)
 
-MODES = ("pack", "pad", "doc")
 SHUFFLE_TOKENS = 1 << 23      # default shuffle block: about 8M tokens of units (16 MiB of uint16)
 
 
@@ -58,65 +59,40 @@ class PassSpec:
     per_transfer: int = 0       # >0: yield lists of that many numpy batches (the loader converts and unpacks)
 
 
-def open_dataset(path: object, *, verify: bool, storage: StorageOptions) -> DatasetIndex:
-    """A finalized output (a directory or URL prefix with index.json), else legacy tars (dir, glob, list)."""
-    if not isinstance(path, (str, Path, list, tuple)):
-        raise ConfigError(f"path={path!r}: expected a dataset (directory or URL), legacy tars, or a mixture")
-    if isinstance(path, (list, tuple)):
+def open_dataset(source: Dataset | LegacyTars, *, verify: bool, storage: StorageOptions) -> DatasetIndex:
+    """One dataset's index: a finalized output's (checked against its files), or legacy tars scanned."""
+    if isinstance(source, LegacyTars):
         from shardprep.loader.legacy import load_legacy
-        return load_legacy([str(p) for p in path])
-    spec = str(path)
-    if is_url(spec):
-        return load_index(spec, verify=verify, storage=storage)
-    p = Path(spec)
-    if p.is_dir() and (p / INDEX_FILE).exists():
-        return load_index(spec, verify=verify)
-    if p.is_dir() and (p / JOB_FILE).exists():
-        raise InputDataError(f"{spec} is a shardprep output without {INDEX_FILE}: the job is not finalized",
-                             hint=f"run `shardprep status {spec}` and `shardprep finalize {spec}`")
-    from shardprep.loader.legacy import expand_legacy, load_legacy
-    if p.is_dir() or glob.has_magic(spec) or "{" in spec or p.suffix == ".tar":
-        return load_legacy(expand_legacy(spec))
-    raise ConfigError(f"path={spec!r}: no index.json there and not a directory, glob or .tar of legacy shards")
+        return load_legacy(list(source.paths))
+    return load_index(source.location, verify=verify, storage=storage)
 
 
 class ShardDataset(IterableDataset):
-    """Tokenized shards as a resumable, rank- and worker-aware stream of units (see module docstring)."""
+    """Tokenized shards as a resumable, rank- and worker-aware stream of units (see module docstring).
 
-    def __init__(self, path: str | Path | list | dict | MixSpec, *, mode: str = "pack", seq_len: int | None = None,
-                 seed: int = 0, shuffle: bool = True, shuffle_block: int | None = None, pad_id: int | None = None,
-                 return_position_ids: bool = False, return_doc_info: bool = False, verify: bool = False,
-                 endpoint_url: str | None = None, s3: ClientOptions | None = None,
-                 storage_options: dict | None = None, rank: int | None = None, world_size: int | None = None,
-                 cache_bytes: int | None = None, total_tokens: int | None = None,
-                 allow_tokenizer_mismatch: bool | None = None):
-        if mode not in MODES:
-            raise ConfigError(f"mode={mode!r} is invalid: one of {MODES}")
-        if mode in ("pack", "pad") and (seq_len is None or int(seq_len) < 1):
-            raise ConfigError(f"seq_len={seq_len!r} is invalid: mode={mode!r} needs seq_len >= 1")
-        if int(seed) < 0:
-            raise ConfigError(f"seed={seed} is invalid: must be >= 0")
-        self.mode, self.seed, self.shuffle = mode, int(seed), bool(shuffle)
-        self.seq_len = None if seq_len is None else int(seq_len)
-        self.extras = Extras(position_ids=return_position_ids, doc_info=return_doc_info)
-        self.rank, self.world_size = rank, world_size
-        storage = StorageOptions.build(endpoint_url=endpoint_url, s3=s3, storage_options=storage_options)
-        spec = mixture_spec(path, total_tokens=total_tokens, allow_tokenizer_mismatch=allow_tokenizer_mismatch,
-                            storage=storage)
-        self.mixture = None if spec is None else \
-            open_mixture(spec, mode=mode, seq_len=self.seq_len, seed=self.seed, verify=verify, storage=storage)
+    ``ShardDataset(path, mode="pack", seq_len=2048, seed=1234, ...)``: the keywords of docs/loader.md,
+    turned into one ``LoaderConfig`` at the door (``loader.config``); or ``ShardDataset(path, config)``.
+    ``path`` is a finalized output, a mixture, legacy tars, or a source from ``config.source_from``.
+    """
+
+    def __init__(self, path: object, config: LoaderConfig | None = None, **keywords: Unpack[LoaderKeywords]):
+        source, self.config, self.placement = from_keywords(path, config, keywords)
+        cfg = self.config
         # every dataset read: one, or a mixture's sources (the first one's tokenizer describes the ids)
-        self.sources = [open_dataset(path, verify=verify, storage=storage)] if self.mixture is None \
-            else self.mixture.indexes
+        self.mixture: Mixture | None = None
+        if isinstance(source, MixSpec):
+            self.mixture = open_mixture(source, layout=cfg.layout, seed=cfg.seed, verify=cfg.verify,
+                                        storage=cfg.storage)
+            self.sources = self.mixture.indexes
+        else:
+            self.sources = [open_dataset(source, verify=cfg.verify, storage=cfg.storage)]
         self.index = self.sources[0]
         self._size()
-        if shuffle_block is not None and int(shuffle_block) < 1:
-            raise ConfigError(f"shuffle_block={shuffle_block} is invalid: must be >= 1 (1 disables the buffer)")
-        self._read_opts = [self._read_options(i, shuffle_block, cache_bytes) for i in self.sources]
+        self._read_opts = [self._read_options(i) for i in self.sources]
         # the state's identity: the block in use, or for a mixture the option (None: each source's default)
-        self.shuffle_block = self._read_opts[0].block if self.mixture is None else shuffle_block
+        self.shuffle_block = self._read_opts[0].block if self.mixture is None else cfg.shuffle_block
         self.cache_bytes = self._read_opts[0].cache_bytes
-        self.pad_id = self._resolve_pad(pad_id)
+        self.pad_id = self._resolve_pad(cfg.layout.pad_id if isinstance(cfg.layout, Pad) else None)
         # token ids travel in the shards' dtype, the widest of a mixture's (legacy JSON: int64); the pad id fits it
         self.wire_dtype = np.result_type(*(np.dtype(DTYPES.get(i.dtype, "<i8")) for i in self.sources))
         if self.pad_id > np.iinfo(self.wire_dtype).max or self.pad_id < 0:
@@ -126,30 +102,56 @@ class ShardDataset(IterableDataset):
         self._pass: PassSpec | None = None
         self._tables: list[dict] = [{} for _ in self.sources]
 
+    # -- the config, as the state and the loader read it ---------------------------------------------------
+    @property
+    def layout(self) -> Layout:
+        return self.config.layout
+
+    @property
+    def mode(self) -> str:
+        return self.config.layout.name
+
+    @property
+    def seq_len(self) -> int | None:
+        return self.config.layout.seq_len
+
+    @property
+    def seed(self) -> int:
+        return self.config.seed
+
+    @property
+    def shuffle(self) -> bool:
+        return self.config.shuffle
+
+    @property
+    def extras(self) -> Extras:
+        return self.config.extras
+
     def _size(self) -> None:
         """Units of a pass (rows or documents) and the tokens and documents behind them."""
         if self.mixture is not None:
             mix = self.mixture
             self.num_units, self.tail_tokens = mix.length, 0
             self.total_tokens = int(mix.length * mix.unit_tokens)
-            self.total_docs = mix.length if self.mode != "pack" else \
+            self.total_docs = mix.length if not isinstance(self.layout, Pack) else \
                 int(mix.length * mix.unit_tokens / max(1.0, float(mix.tokens.sum() / max(1, mix.docs.sum()))))
             return
         self.total_tokens = int(self.index.shard_tokens.sum())
         self.total_docs = int(self.index.shard_docs.sum())
-        if self.mode == "pack":
-            self.num_units = self.total_tokens // self._row_len
-            self.tail_tokens = self.total_tokens - self.num_units * self._row_len
+        if isinstance(self.layout, Pack):
+            self.num_units = self.total_tokens // self.layout.seq_len
+            self.tail_tokens = self.total_tokens - self.num_units * self.layout.seq_len
         else:
             self.num_units, self.tail_tokens = self.total_docs, 0
 
-    def _read_options(self, index: DatasetIndex, shuffle_block: int | None, cache_bytes: int | None) -> ReadOptions:
+    def _read_options(self, index: DatasetIndex) -> ReadOptions:
         """A dataset's shuffle block (default: about 8M tokens of units) and chunk cache (3 blocks, >= 64 MiB)."""
+        cfg, layout = self.config, self.layout
         tokens, docs = int(index.shard_tokens.sum()), int(index.shard_docs.sum())
-        unit_tokens = self._row_len if self.mode == "pack" else max(1, tokens // max(1, docs))
-        block = int(shuffle_block) if shuffle_block else max(1, SHUFFLE_TOKENS // unit_tokens)
-        cache = int(cache_bytes) if cache_bytes else max(64 << 20, 3 * block * unit_tokens * 4)
-        return ReadOptions(self.mode, self.seed, self.shuffle, block, cache)
+        unit_tokens = layout.seq_len if isinstance(layout, Pack) else max(1, tokens // max(1, docs))
+        block = int(cfg.shuffle_block) if cfg.shuffle_block else max(1, SHUFFLE_TOKENS // unit_tokens)
+        cache = int(cfg.cache_bytes) if cfg.cache_bytes else max(64 << 20, 3 * block * unit_tokens * 4)
+        return ReadOptions(isinstance(layout, Pack), cfg.seed, cfg.shuffle, block, cache)
 
     # -- configuration ----------------------------------------------------------------------------------
     def _resolve_pad(self, pad_id: int | None) -> int:
@@ -170,15 +172,8 @@ class ShardDataset(IterableDataset):
         return max(sizes) if sizes else None
 
     @property
-    def _row_len(self) -> int:
-        """``seq_len`` where the mode needs it (pack, pad: ``__init__`` refuses them without)."""
-        if self.seq_len is None:
-            raise ConfigError(f"mode={self.mode!r} has no seq_len")
-        return self.seq_len
-
-    @property
     def unit_name(self) -> str:
-        return "rows" if self.mode == "pack" else "documents"
+        return self.layout.unit_name
 
     def set_epoch(self, epoch: int) -> None:
         """Order for the next direct iteration (the loader wrapper passes its own epoch instead)."""
@@ -187,7 +182,7 @@ class ShardDataset(IterableDataset):
         self.epoch = int(epoch)
 
     def split(self, remaining: D.Ranges, world_size: int, batch: int | None) -> D.Split:
-        if self.mode == "doc":
+        if isinstance(self.layout, Doc):
             if batch not in (None, 1):
                 raise ConfigError(f"batch_size={batch} is invalid for mode='doc' (unbatched, exactly once): use None")
             return D.Split(remaining, world_size, 1, exact=True)
@@ -196,9 +191,9 @@ class ShardDataset(IterableDataset):
     def check_one_batch(self, world_size: int, batch: int | None) -> None:
         """Refuse settings under which a full epoch cannot give every rank one batch (numbers in the message)."""
         split = self.split(((0, self.num_units),), world_size, batch)
-        if split.steps == 0 and self.mode != "doc":
+        if split.steps == 0 and not isinstance(self.layout, Doc):
             per = f"{self.total_tokens} tokens = {self.num_units} rows of seq_len={self.seq_len}" \
-                if self.mode == "pack" else f"{self.num_units} documents"
+                if isinstance(self.layout, Pack) else f"{self.num_units} documents"
             raise ConfigError(
                 f"seq_len={self.seq_len} batch_size={batch or 1} world_size={world_size}: the dataset has {per}, "
                 f"fewer than one batch per rank ({batch or 1} x {world_size} = {(batch or 1) * world_size} "
@@ -212,7 +207,7 @@ class ShardDataset(IterableDataset):
 
     def full_pass(self, batch: int | None = None) -> PassSpec:
         return PassSpec(self.epoch, D.normalize([(0, self.num_units)]),
-                        resolve_world(self.rank, self.world_size), batch)
+                        self.placement.resolve(), batch)
 
     # -- iteration --------------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[dict | list[dict]]:
@@ -243,11 +238,11 @@ class ShardDataset(IterableDataset):
 
     def tensors(self, item: dict, *, unbatched: bool = False, pin: bool = False) -> dict:
         """Turn an assembled numpy item into tensors (adds pack labels)."""
-        return to_tensors(item, mode=self.mode, unbatched=unbatched, pin=pin)
+        return to_tensors(item, self.layout, unbatched=unbatched, pin=pin)
 
     def open_pass(self, epoch: int) -> SinglePass | MixturePass:
         """What turns this pass's shuffled positions into batches (``batch(positions)``, then ``close()``)."""
-        fmt = RowFormat(self.mode, self.seq_len, self.extras, self.pad_id, self.wire_dtype)
+        fmt = RowFormat(self.layout, self.extras, self.pad_id, self.wire_dtype)
         if self.mixture is not None:
             return MixturePass(self.mixture, epoch, fmt, self._read_opts, self._tables)
         return SinglePass(EpochReader(self.index, self.num_units, epoch, self._read_opts[0], self._tables[0]), fmt)

@@ -20,9 +20,10 @@ from shardprep.shard.sidecar import ChunkTable
 
 @dataclass(frozen=True)
 class ReadOptions:
-    """What decides a dataset's order and reading, the same for every epoch (and, in a mixture, source)."""
+    """What decides a dataset's order and reading, the same for every epoch (and, in a mixture, source);
+    ``packed``: units are rows of stream tokens (``Pack``), else documents."""
 
-    mode: str
+    packed: bool
     seed: int
     shuffle: bool
     block: int
@@ -36,8 +37,8 @@ class EpochReader:
                  tables: dict[int, ChunkTable]):
         self.index, self.epoch = index, epoch
         self.reader = ChunkReader(index, seed=opts.seed, epoch=epoch, shuffle=opts.shuffle,
-                                  packed=opts.mode == "pack", cache_bytes=opts.cache_bytes, tables=tables)
-        unit = "tokens" if opts.mode == "pack" else "docs"
+                                  packed=opts.packed, cache_bytes=opts.cache_bytes, tables=tables)
+        unit = "tokens" if opts.packed else "docs"
         sizes = index.shard_tokens if unit == "tokens" else index.shard_docs
         self.stream = EpochStream(sizes, lambda s: self.reader.chunk_sizes(s, unit), seed=opts.seed, epoch=epoch,
                                   shuffle=opts.shuffle)

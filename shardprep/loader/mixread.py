@@ -18,6 +18,7 @@ import numpy as np
 
 from shardprep.loader.assemble import Row, RowFormat, assemble
 from shardprep.loader.epoch import EpochReader, ReadOptions
+from shardprep.loader.layout import Doc
 from shardprep.loader.mixture import Mixture
 from shardprep.shard.sidecar import ChunkTable
 
@@ -69,7 +70,7 @@ class MixturePass:
         out = assemble(self.fmt, rows, positions)
         if self.fmt.extras.doc_info:
             out["source_ids"] = np.array(sources, dtype=np.int64)
-        if self.fmt.mode == "doc":
+        if isinstance(self.fmt.layout, Doc):
             out["source"] = self.mix.names[sources[0]]
         return out
 

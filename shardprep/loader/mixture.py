@@ -31,6 +31,7 @@ import orjson
 
 from shardprep.errors import ConfigError, InputDataError, ShardprepError
 from shardprep.loader.index import DatasetIndex, load_index
+from shardprep.loader.layout import Layout, Pack
 from shardprep.loader.schedule import Schedule, prefix_bound, quotas, window_bound
 from shardprep.storage.locations import StorageOptions, is_url, join, read_bytes
 
@@ -288,15 +289,15 @@ def check_compatible(spec: MixSpec, indexes: list[DatasetIndex]) -> None:
                 hint="retokenize it with the same tokenizer, or set allow_tokenizer_mismatch if you know the ids agree")
 
 
-def open_mixture(spec: MixSpec, *, mode: str, seq_len: int | None, seed: int, verify: bool = False,
+def open_mixture(spec: MixSpec, *, layout: Layout, seed: int, verify: bool = False,
                  storage: StorageOptions | None = None) -> Mixture:
     """Open and check every source, then size the run (``ShardDataset`` and ``shardprep mix`` both start here)."""
-    return Mixture(spec, open_sources(spec, verify=verify, storage=storage), mode=mode, seq_len=seq_len, seed=seed)
+    return Mixture(spec, open_sources(spec, verify=verify, storage=storage), layout=layout, seed=seed)
 
 
 # -- the run -----------------------------------------------------------------------------------------------
 class Mixture:
-    """An opened mixture for one mode and ``seq_len``: per-source sizes, the schedule and the run length.
+    """An opened mixture for one layout: per-source sizes, the schedule and the run length.
 
     A *unit* is a row of ``seq_len`` tokens (pack) or a document (pad/doc).  Pack rows all hold
     ``seq_len`` tokens, so the schedule's row shares are the token weights exactly.  pad/doc documents
@@ -306,25 +307,26 @@ class Mixture:
     hold together (each source's share then decides whether it repeats or is subsampled).
     """
 
-    def __init__(self, spec: MixSpec, indexes: list[DatasetIndex], *, mode: str, seq_len: int | None, seed: int):
+    def __init__(self, spec: MixSpec, indexes: list[DatasetIndex], *, layout: Layout, seed: int):
         from shardprep.loader.mixstate import Segment
 
-        self.spec, self.indexes, self.mode, self.seq_len = spec, list(indexes), mode, seq_len
+        self.spec, self.indexes, self.layout = spec, list(indexes), layout
+        row = layout.seq_len if isinstance(layout, Pack) else None      # pack: every unit holds seq_len tokens
         self.names = [s.name for s in spec.sources]
         tokens = np.array([int(i.shard_tokens.sum()) for i in indexes], dtype=np.int64)
         docs = np.array([int(i.shard_docs.sum()) for i in indexes], dtype=np.int64)
         self.tokens, self.docs = tokens, docs
-        self.units = tokens // seq_len if mode == "pack" and seq_len else docs.copy()
-        self.tails = tokens - self.units * seq_len if mode == "pack" and seq_len else np.zeros_like(tokens)
+        self.units = tokens // row if row else docs.copy()
+        self.tails = tokens - self.units * row if row else np.zeros_like(tokens)
         for s, n in zip(spec.sources, self.units.tolist()):
             if n < 1:
                 raise ConfigError(f"mixture source {s.name!r} ({s.location}) has fewer than one {self.unit_name[:-1]} "
-                                  f"(seq_len={seq_len}): it cannot take a share")
+                                  f"(seq_len={layout.seq_len}): it cannot take a share")
         self.mean_tokens = tokens / np.maximum(docs, 1)
         weights = [s.weight for s in spec.sources]
-        rates = weights if mode == "pack" else [w / m for w, m in zip(weights, self.mean_tokens.tolist())]
+        rates = weights if row else [w / m for w, m in zip(weights, self.mean_tokens.tolist())]
         self.schedule = Schedule(quotas(rates), seed=seed)
-        self.unit_tokens = float(seq_len) if mode == "pack" and seq_len else \
+        self.unit_tokens = float(row) if row else \
             float(sum(float(w) * m for w, m in zip(self.schedule.weights, self.mean_tokens.tolist())))
         budget = spec.total_tokens if spec.total_tokens is not None else int(tokens.sum())
         self.length = int(budget // self.unit_tokens)
@@ -335,7 +337,7 @@ class Mixture:
 
     @property
     def unit_name(self) -> str:
-        return "rows" if self.mode == "pack" else "documents"
+        return self.layout.unit_name
 
     @property
     def fingerprint(self) -> str:
@@ -352,7 +354,7 @@ class Mixture:
         taken = self.schedule.draws(self.length * epochs)
         rows = []
         for i, s in enumerate(self.spec.sources):
-            per_unit = float(self.seq_len) if self.mode == "pack" and self.seq_len else float(self.mean_tokens[i])
+            per_unit = self.unit_tokens if isinstance(self.layout, Pack) else float(self.mean_tokens[i])
             unit_share = self.schedule.weights[i]
             rows.append({"name": s.name, "path": s.location, "weight": s.weight,
                          "share": float(unit_share) * per_unit / self.unit_tokens, "unit_share": float(unit_share),
@@ -366,7 +368,8 @@ class Mixture:
         sources of the first ``first`` positions."""
         k = len(self.indexes)
         src, _ = self.schedule.locate(np.arange(min(first, self.length), dtype=np.int64))
-        return {"spec": self.spec.origin, "mode": self.mode, "seq_len": self.seq_len, "seed": self.schedule.seed,
+        return {"spec": self.spec.origin, "mode": self.layout.name, "seq_len": self.layout.seq_len,
+                "seed": self.schedule.seed,
                 "unit": self.unit_name, "units": self.length, "unit_tokens": self.unit_tokens,
                 "tokens": int(self.length * self.unit_tokens),
                 "length_from": "total_tokens" if self.spec.total_tokens is not None else "sources",

@@ -85,6 +85,24 @@ def resolve_world(rank: int | None = None, world_size: int | None = None) -> Wor
     )
 
 
+@dataclass(frozen=True)
+class Placement:
+    """The rank and world size a caller gave (``make_dataloader(rank=, world_size=)``, or the dataset's
+    own keywords as its loader's default); None: detected each time the world is needed (``resolve``),
+    so a process group initialized after the dataset was made still counts."""
+
+    rank: int | None = None
+    world_size: int | None = None
+
+    def over(self, default: Placement) -> Placement:
+        """This placement, each value not given taken from ``default``."""
+        return Placement(self.rank if self.rank is not None else default.rank,
+                         self.world_size if self.world_size is not None else default.world_size)
+
+    def resolve(self) -> World:
+        return resolve_world(self.rank, self.world_size)
+
+
 def worker_slot() -> tuple[int, int]:
     """``(worker_id, num_workers)`` inside a DataLoader worker, ``(0, 1)`` in the main process."""
     try:

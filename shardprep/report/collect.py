@@ -20,13 +20,15 @@ from pathlib import Path
 from typing import Callable, TypeVar
 
 from shardprep.errors import IncompleteError, InputDataError
-from shardprep.executor.slurm.state import slurm_status_json
+from shardprep.executor.slurm.state import SlurmView
+from shardprep.executor.slurm.state import collect as slurm_view
+from shardprep.job.finalize import index_tokenizer
 from shardprep.job.logs import LOG_NAME_RE, TaskLog, parse_task_log, read_task_logs
 from shardprep.job.progress import planned_input_bytes
 from shardprep.job.schema import Job
 from shardprep.job.state import job_state
 from shardprep.shard.format import INDEX_FILE, JOB_FILE, LOG_DIR, TOKENIZER_FILE
-from shardprep.shard.index import Index, IndexShard
+from shardprep.shard.index import Index, IndexShard, IndexTokenizer
 from shardprep.shard.sidecar import Sidecar
 from shardprep.storage.locations import StorageOptions, is_url, join, object_sizes, read_bytes
 
@@ -53,14 +55,14 @@ class Output:
     layout: str
     dtype: str
     fingerprint: str
-    tokenizer: dict                      # job.json/index.json tokenizer record (+ add_eos/add_bos)
+    tokenizer: IndexTokenizer            # index.json's tokenizer record (the plan's, before finalize)
     tokenizer_json: str | None           # the frozen tokenizer.json, when present
     chunk_tokens: int | None = None
     target_task_bytes: int | None = None
     sizing_rule: str | None = None       # how target_task_bytes was chosen: auto | target | one-file-per-task
     tasks: list[Task] = field(default_factory=list)
     logs: dict[int, TaskLog] = field(default_factory=dict)
-    slurm: dict | None = None            # ``status --json``'s Slurm view, for jobs submitted to Slurm
+    slurm: SlurmView | None = None       # ``status``'s Slurm view, for jobs submitted to Slurm
     storage: StorageOptions | None = None   # how to reach a remote location (None: the environment's)
 
     @property
@@ -116,7 +118,7 @@ def _local_tasks(out: Output, job: Job) -> list[Task]:
     output = Path(out.location)
     sidecars: dict[int, Sidecar] = {}
     state = job_state(output, job, on_done=lambda s: sidecars.__setitem__(s.task, s))
-    out.slurm = slurm_status_json(output, state)
+    out.slurm = slurm_view(output, state)
     planned = _planned_bytes(out.location, job)
     return [Task(t, planned[t] if t < len(planned) else 0, sidecars.get(t), state.problems.get(t))
             for t in range(state.n_tasks)]
@@ -166,13 +168,12 @@ def _describe(location: str, job: Job | None, index: Index | None, storage: Stor
     if job is not None:
         return Output(location=location, finalized=index is not None, layout=job.options.layout,
                       dtype=job.tokenizer.dtype, fingerprint=job.fingerprint,
-                      tokenizer={**job.tokenizer.to_dict(), "add_eos": job.options.add_eos,
-                                 "add_bos": job.options.add_bos},
+                      tokenizer=index_tokenizer(job),
                       tokenizer_json=tokenizer_json, chunk_tokens=job.options.chunk_tokens,
                       target_task_bytes=job.target_task_bytes, sizing_rule=job.sizing.rule)
     if index is not None:
         return Output(location=location, finalized=True, layout=index.layout, dtype=index.dtype,
-                      fingerprint=index.plan_fingerprint, tokenizer=index.tokenizer.to_dict(),
+                      fingerprint=index.plan_fingerprint, tokenizer=index.tokenizer,
                       tokenizer_json=tokenizer_json)
     raise IncompleteError(f"{location} holds neither {JOB_FILE} nor {INDEX_FILE}",
                           hint="give the OUTPUT directory of a job (`shardprep submit --output`)")

@@ -17,9 +17,10 @@ SEQ_LEN = 2048
 
 def mixture_numbers(spec: str | Path) -> dict:
     """The mixture's summary (sources read from their index.json files)."""
+    from shardprep.loader.layout import Pack
     from shardprep.loader.mixture import load_spec, open_mixture
 
-    return open_mixture(load_spec(str(spec)), mode="pack", seq_len=SEQ_LEN, seed=0).summary()
+    return open_mixture(load_spec(str(spec)), layout=Pack(SEQ_LEN), seed=0).summary()
 
 
 def render_mixture_page(s: dict) -> str:

@@ -12,10 +12,12 @@ from typing import Any
 
 import numpy as np
 
+from shardprep.executor.slurm.state import as_json
 from shardprep.job.progress import activity, estimate
 from shardprep.job.state import format_array_ranges
 from shardprep.report.collect import Output, Task
 from shardprep.report.doclens import DocLengths
+from shardprep.report.tokenizer import TokenizerBlock
 
 REPORT_VERSION = 1
 HIST_BINS = 40            # log-spaced bins of the document-length histogram
@@ -73,7 +75,7 @@ def progress(out: Output, now: float) -> dict:
         **est.to_dict(), "missing": len(missing), "missing_ranges": format_array_ranges([t.task for t in missing]),
         "problems": dict(Counter(t.problem for t in missing if t.problem)),
         "failed": [{"task": lg.task, "reason": lg.reason} for lg in not_done_logs if lg.status == "failed"],
-        "slurm": out.slurm,
+        "slurm": as_json(out.slurm) if out.slurm else None,
     }
 
 
@@ -150,7 +152,7 @@ def backend_numbers(out: Output) -> list[dict]:
              "task_ranges": format_array_ranges(v)} for k, v in sorted(groups.items(), key=lambda kv: -len(kv[1]))]
 
 
-def build_numbers(out: Output, lengths: DocLengths, tokenizer: dict, samples: list[dict],
+def build_numbers(out: Output, lengths: DocLengths, tokenizer: TokenizerBlock, samples: list[dict],
                   now: float | None = None) -> dict:
     """Every number of the report, as one JSON-ready dict."""
     now = time.time() if now is None else now
@@ -158,7 +160,7 @@ def build_numbers(out: Output, lengths: DocLengths, tokenizer: dict, samples: li
         "report_version": REPORT_VERSION, "output": out.location, "generated_at": now,
         "finalized": out.finalized, "layout": out.layout, "dtype": out.dtype, "chunk_tokens": out.chunk_tokens,
         "plan_fingerprint": out.fingerprint,
-        "totals": totals(out), "progress": progress(out, now), "tokenizer": tokenizer,
+        "totals": totals(out), "progress": progress(out, now), "tokenizer": tokenizer.to_dict(),
         "doc_lengths": doc_length_numbers(lengths), "shards": shard_numbers(out), "tasks": task_numbers(out),
         "skipped": skipped_numbers(out), "backends": backend_numbers(out), "samples": samples,
     }

@@ -6,13 +6,14 @@ what the ids mean (never a hub download or the source the plan named).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, fields, replace
+from typing import Any, ClassVar
 
 import numpy as np
 import orjson
 
 from shardprep.report.collect import Output, Sidecar
+from shardprep.shard.index import IndexTokenizer
 from shardprep.shard.reader import read_chunk, split_docs
 from shardprep.storage.locations import join, open_source
 
@@ -40,25 +41,39 @@ def family(model: str, pre_tokenizer: str | None, decoder: str | None, byte_fall
     return model
 
 
-def describe_tokenizer(record: dict, tokenizer_json: str | None) -> dict:
+@dataclass(frozen=True)
+class TokenizerBlock(IndexTokenizer):
+    """The report's tokenizer (its numbers' ``tokenizer``): the plan's record, then what the frozen
+    tokenizer.json says about itself (all None without one)."""
+
+    JSON_KEYS: ClassVar[tuple[str, ...]] = (
+        "source", "vocab_size", "dtype", "eos_token", "eos_id", "bos_token", "bos_id", "pad_token", "pad_id",
+        "add_eos", "add_bos", "model", "family", "pre_tokenizer", "normalizer", "decoder", "byte_fallback",
+        "added_tokens")
+
+    model: str | None = None
+    family: str | None = None
+    pre_tokenizer: str | None = None
+    normalizer: str | None = None
+    decoder: str | None = None
+    byte_fallback: bool | None = None
+    added_tokens: int | None = None
+
+
+def describe_tokenizer(record: IndexTokenizer, tokenizer_json: str | None) -> TokenizerBlock:
     """The plan's tokenizer record plus what the frozen tokenizer.json says about itself."""
-    keys = ("source", "vocab_size", "dtype", "eos_token", "eos_id", "bos_token", "bos_id", "pad_token",
-            "pad_id", "add_eos", "add_bos")
-    out: dict = {k: record.get(k) for k in keys}
-    out.update(model=None, family=None, pre_tokenizer=None, normalizer=None, decoder=None, byte_fallback=None,
-               added_tokens=None)
+    plan = TokenizerBlock(**{f.name: getattr(record, f.name) for f in fields(record)})
     if tokenizer_json is None:
-        return out
+        return plan
     from tokenizers import Tokenizer
 
     spec = orjson.loads(tokenizer_json)
     model = type(Tokenizer.from_str(tokenizer_json).model).__name__   # infers legacy files without "type"
     byte_fallback = bool((spec.get("model") or {}).get("byte_fallback"))
-    out.update(model=model, pre_tokenizer=_component(spec.get("pre_tokenizer")),
-               normalizer=_component(spec.get("normalizer")), decoder=_component(spec.get("decoder")),
-               byte_fallback=byte_fallback, added_tokens=len(spec.get("added_tokens") or []))
-    out["family"] = family(model, out["pre_tokenizer"], out["decoder"], byte_fallback)
-    return out
+    pre_tokenizer, decoder = _component(spec.get("pre_tokenizer")), _component(spec.get("decoder"))
+    return replace(plan, model=model, family=family(model, pre_tokenizer, decoder, byte_fallback),
+                   pre_tokenizer=pre_tokenizer, normalizer=_component(spec.get("normalizer")), decoder=decoder,
+                   byte_fallback=byte_fallback, added_tokens=len(spec.get("added_tokens") or []))
 
 
 @dataclass(frozen=True)

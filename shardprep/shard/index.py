@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from shardprep.errors import IncompleteError, InputDataError
-from shardprep.records import Fields, load_json, record
+from shardprep.records import Fields, Record, load_json, record
 from shardprep.shard.format import DTYPES, FORMAT_VERSION, INDEX_FILE, LAYOUTS, shard_name, sidecar_name
 from shardprep.shard.sidecar import TOTALS, ShardTotals
 
@@ -22,14 +22,11 @@ if TYPE_CHECKING:  # pragma: no cover
 
 @dataclass(frozen=True)
 class IndexShard(ShardTotals):
-    """One shard as index.json lists it (legacy tars reuse it with their path as ``name``)."""
+    """One shard as index.json lists it (legacy tars reuse it with their path as ``name``); written in the
+    order index.json has always had: the five totals, then the names."""
 
     name: str
     sidecar: str
-
-    def to_dict(self) -> dict[str, Any]:
-        # the order index.json has always had (finalize built it from the sidecar, then added the names)
-        return {**self.totals_dict(), "name": self.name, "sidecar": self.sidecar}
 
     @classmethod
     def parse(cls, f: Fields) -> IndexShard:
@@ -38,7 +35,7 @@ class IndexShard(ShardTotals):
 
 
 @dataclass(frozen=True)
-class IndexTokenizer:
+class IndexTokenizer(Record):
     """The tokenizer as the loader needs it: ids of the special tokens and the BOS/EOS policy."""
 
     source: str
@@ -53,12 +50,9 @@ class IndexTokenizer:
     add_eos: bool
     add_bos: bool
 
-    def to_dict(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in self.__dataclass_fields__}
-
 
 @dataclass(frozen=True)
-class IndexTotals:
+class IndexTotals(Record):
     shards: int
     samples: int
     documents: int
@@ -66,13 +60,9 @@ class IndexTotals:
     bytes: int
     skipped: dict[str, int] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"shards": self.shards, "samples": self.samples, "documents": self.documents, "tokens": self.tokens,
-                "bytes": self.bytes, "skipped": self.skipped}
-
 
 @dataclass(frozen=True)
-class Index:
+class Index(Record):
     format_version: int
     created_by: str
     plan_fingerprint: str
@@ -82,14 +72,6 @@ class Index:
     dtype: str
     shards: tuple[IndexShard, ...]
     totals: IndexTotals
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "format_version": self.format_version, "created_by": self.created_by,
-            "plan_fingerprint": self.plan_fingerprint, "tokenizer_fingerprint": self.tokenizer_fingerprint,
-            "tokenizer": self.tokenizer.to_dict(), "layout": self.layout, "dtype": self.dtype,
-            "shards": [s.to_dict() for s in self.shards], "totals": self.totals.to_dict(),
-        }
 
     @classmethod
     def parse(cls, data: bytes, where: str | Path, *, check: bool = True) -> "Index":

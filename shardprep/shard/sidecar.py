@@ -11,12 +11,11 @@ import builtins
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Iterator, TypeVar
 
-from shardprep.inputs.readers import SkipExample
-from shardprep.records import Fields, load_json, printable, record
+from shardprep.records import PRINTABLE, PRINTABLES, Fields, Record, load_json, record
 from shardprep.shard.format import DTYPES, LAYOUTS
-from shardprep.shard.provenance import BackendRecord, TaskStats
+from shardprep.shard.provenance import BackendRecord, SkipExample, TaskStats
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -27,7 +26,7 @@ R = TypeVar("R", bound="ShardTotals")
 
 
 @dataclass(frozen=True, slots=True)
-class ShardTotals:
+class ShardTotals(Record):
     """What one shard holds, in the five numbers every record of it carries: the writer's result, the
     sidecar, the summary ``status``/``finalize`` keep, and the shard's entry in index.json.
 
@@ -44,10 +43,6 @@ class ShardTotals:
     def totals(self) -> ShardTotals:
         """Just the five numbers of this record."""
         return ShardTotals(self.bytes, self.sha256, self.samples, self.documents, self.tokens)
-
-    def totals_dict(self) -> dict[str, Any]:
-        """The five as they are written, flat and in order, inside a sidecar or an index entry."""
-        return {name: getattr(self, name) for name in TOTALS}
 
     @classmethod
     def holding(cls: type[R], totals: ShardTotals, **fields: Any) -> R:
@@ -75,7 +70,7 @@ class Chunk:
 
 
 @dataclass(frozen=True)
-class ChunkTable:
+class ChunkTable(Record):
     """The samples of one shard, in tar order (sidecar field ``chunks``)."""
 
     key: tuple[str, ...] = ()
@@ -101,9 +96,6 @@ class ChunkTable:
         if not rows:
             return cls()
         return cls(*(tuple(col) for col in zip(*rows)))
-
-    def to_dict(self) -> dict[str, tuple[Any, ...]]:
-        return {name: getattr(self, name) for name in CHUNK_COLUMNS}
 
     @classmethod
     def parse(cls, f: Fields) -> "ChunkTable":
@@ -135,10 +127,10 @@ class ChunkTable:
 
 
 @dataclass(frozen=True)
-class SidecarInput:
+class SidecarInput(Record):
     """One work item of the task, as its sidecar records it (the path, not the job's input number)."""
 
-    path: str
+    path: str = field(metadata=PRINTABLE)
     start: int
     end: int | None
     unit: str
@@ -169,6 +161,10 @@ class SidecarSummary(ShardTotals):
 class Sidecar(ShardTotals):
     """What a finished task wrote about its shard; the shard counts as done only with this file."""
 
+    JSON_KEYS: ClassVar[tuple[str, ...]] = (
+        "format_version", "created_by", "task", "shard", "plan_fingerprint", "tokenizer_fingerprint", "layout",
+        "dtype", *TOTALS, "chunks", "skipped", "skipped_examples", "warnings", "inputs", "backend", "stats")
+
     format_version: int
     created_by: str
     task: int
@@ -180,7 +176,8 @@ class Sidecar(ShardTotals):
     chunks: ChunkTable
     skipped: dict[str, int] = field(default_factory=dict)
     skipped_examples: tuple[SkipExample, ...] = ()        # informational: the first few skipped documents
-    warnings: tuple[str, ...] = ()     # inputs that look binary or mis-encoded (inputs.health); written when any
+    # inputs that look binary or mis-encoded (inputs.health); written when any
+    warnings: tuple[str, ...] = field(default=(), metadata={**PRINTABLES, "omit": ()})
     inputs: tuple[SidecarInput, ...] = ()
     backend: BackendRecord = field(default_factory=lambda: BackendRecord(None))   # informational
     stats: TaskStats = field(default_factory=TaskStats)                          # informational
@@ -197,20 +194,6 @@ class Sidecar(ShardTotals):
         return SidecarSummary.holding(self, task=self.task, shard=self.shard, format_version=self.format_version,
                                       tokenizer_fingerprint=self.tokenizer_fingerprint,
                                       skipped=tuple(self.skipped.items()), elapsed_s=self.elapsed_s)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "format_version": self.format_version, "created_by": self.created_by, "task": self.task,
-            "shard": self.shard, "plan_fingerprint": self.plan_fingerprint,
-            "tokenizer_fingerprint": self.tokenizer_fingerprint, "layout": self.layout, "dtype": self.dtype,
-            **self.totals_dict(), "chunks": self.chunks.to_dict(), "skipped": self.skipped,
-            "skipped_examples": [{k: printable(v) if type(v) is str else v for k, v in e.to_dict().items()}
-                                 for e in self.skipped_examples],
-            **({"warnings": [printable(w) for w in self.warnings]} if self.warnings else {}),
-            "inputs": [{"path": printable(i.path), "start": i.start, "end": i.end, "unit": i.unit,
-                        "first_line": i.first_line} for i in self.inputs],
-            "backend": self.backend.to_dict(), "stats": self.stats.to_dict(),
-        }
 
     @classmethod
     def parse(cls, data: builtins.bytes, where: str | Path) -> "Sidecar":  # (``bytes`` is a field here)

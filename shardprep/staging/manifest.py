@@ -25,7 +25,7 @@ import orjson
 
 from shardprep.storage.atomic import atomic_writer, write_json_atomic
 from shardprep.storage.nofollow import open_file, real_dir
-from shardprep.storage.s3 import S3Location, list_objects
+from shardprep.storage.s3.client import S3Location, list_objects
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from shardprep.errors import ConfigError
 from shardprep.staging import s5cmd
 from shardprep.storage.lustre import STAGED_INPUT_LAYOUT, StripeLayout
-from shardprep.storage.s3 import DEFAULT_PART_SIZE, ClientOptions, check_transfer_settings
+from shardprep.storage.s3.client import DEFAULT_PART_SIZE, ClientOptions, check_transfer_settings
 
 DEFAULT_CONCURRENCY = 32
 

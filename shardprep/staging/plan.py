@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from shardprep.errors import ConfigError, InputDataError
 from shardprep.staging import keys as keymod
 from shardprep.staging.manifest import RemoteObject, VerifiedJournal, list_prefix, matches_filters
-from shardprep.storage.s3 import parse_s3_url, transfer_error
+from shardprep.storage.s3.client import parse_s3_url, transfer_error
 
 if TYPE_CHECKING:
     from shardprep.staging.options import StageOptions

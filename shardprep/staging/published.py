@@ -21,7 +21,7 @@ from typing import Any, Callable
 from shardprep.errors import PlanConflictError, RecordError
 from shardprep.shard.format import INDEX_FILE
 from shardprep.staging.manifest import RemoteObject, matches_filters
-from shardprep.storage.s3 import transfer_error
+from shardprep.storage.s3.client import transfer_error
 
 log = logging.getLogger(__name__)
 

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Callable
 
 from shardprep.storage.nofollow import open_file, real_dir
-from shardprep.storage.s3 import MIB, ClientOptions
+from shardprep.storage.s3.client import MIB, ClientOptions
 
 ENGINES = ("builtin", "s5cmd")
 

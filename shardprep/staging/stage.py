@@ -48,7 +48,7 @@ from shardprep.staging.summary import TransferSummary, progress_bar
 from shardprep.storage.atomic import fsync_dir, is_temp_name, no_space_error, start_writeback, temp_name_for
 from shardprep.storage.lustre import prepare_output_dir
 from shardprep.storage.nofollow import fresh_file_fd
-from shardprep.storage.s3 import describe_client_error, make_client
+from shardprep.storage.s3.client import describe_client_error, make_client
 
 log = logging.getLogger(__name__)
 

@@ -46,7 +46,7 @@ from shardprep.staging.manifest import RemoteObject, list_prefix, matches_filter
 from shardprep.staging.published import Published, inspect_prefix, refuse_or_announce
 from shardprep.staging.summary import TransferSummary, progress_bar
 from shardprep.storage.atomic import sha256_file
-from shardprep.storage.s3 import (
+from shardprep.storage.s3.client import (
     DEFAULT_PART_SIZE,
     ClientOptions,
     check_transfer_settings,

@@ -3,9 +3,13 @@
 A location is a local/Lustre path, an ``s3://`` URL or any other URL fsspec knows (``gs://``, ``az://``,
 ``https://``, ``hf://`` ...).  :data:`SCHEMES` maps its scheme to a :class:`~shardprep.storage.store.Store`,
 as webdataset's ``gopen_schemes`` does: a path goes to the file system (``storage/local.py``), ``s3://`` to
-the one S3 layer (``storage/s3.py``: the client per process and options, botocore's standard retries,
-shared with staging) and every other URL to fsspec (``storage/remote.py``).  A new kind of location is one
-``Store`` module and one entry here; nothing above ``storage/`` changes.
+the one S3 layer (``storage/s3/``: the client per process and options, botocore's standard retries,
+shared with staging) and every other URL to fsspec (``storage/fsspec/``).  A new kind of location is one
+``Store`` (a module, or a package like those two) and one entry here; nothing above ``storage/`` changes.
+
+There is no process-wide default: every caller passes the ``StorageOptions`` it was given (the loader's,
+a command's, the plan's ``storage`` record, which discovered inputs carry: ``InputFile.storage``), and
+no options means the environment's (``StorageOptions()``).
 
 ``shard.index``, the loader and the ``verify``/``inspect``/``report`` commands read through
 :func:`store_for` (or the one-line helpers below).  A shard is never downloaded whole for reading samples:
@@ -15,17 +19,17 @@ over a ``ByteSource``).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, cast
+from typing import Any, Callable, Mapping, cast
 
 from shardprep.errors import ConfigError, InputDataError
+from shardprep.storage.fsspec.store import FsspecStore
 from shardprep.storage.local import LocalStore
-from shardprep.storage.remote import FsspecStore
-from shardprep.storage.s3 import ClientOptions, S3Store
+from shardprep.storage.s3.client import ClientOptions
+from shardprep.storage.s3.store import S3Store
 from shardprep.storage.store import ByteSource, RemoteStore, Store
 
 
@@ -51,7 +55,7 @@ class StorageOptions:
                    fsspec=dict(storage_options or {}))
 
 
-_DEFAULT = StorageOptions()
+_ENVIRONMENT = StorageOptions()     # no options given: the environment's (never reassigned)
 _LOCAL = LocalStore()
 # scheme:// or fsspec's chained form (simplecache::gs://...): its first scheme
 _SCHEME_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)(://|::)")
@@ -72,9 +76,9 @@ def scheme(location: str | os.PathLike) -> str:
 
 
 def store_for(location: str | os.PathLike, storage: StorageOptions | None = None) -> Store:
-    """The store that serves ``location``, configured with ``storage`` (default: the environment's)."""
+    """The store that serves ``location``, configured with ``storage`` (None: the environment's)."""
     key = scheme(location)
-    return SCHEMES.get(key, SCHEMES[ANY_URL])(storage or _DEFAULT)
+    return SCHEMES.get(key, SCHEMES[ANY_URL])(storage or _ENVIRONMENT)
 
 
 def remote_store_for(url: str, storage: StorageOptions | None = None) -> RemoteStore:
@@ -82,25 +86,6 @@ def remote_store_for(url: str, storage: StorageOptions | None = None) -> RemoteS
     if not is_url(url):
         raise ValueError(f"{url!r} is a path, not a URL")
     return cast(RemoteStore, store_for(url, storage))
-
-
-@contextlib.contextmanager
-def default_storage(storage: StorageOptions | None) -> Iterator[None]:
-    """Make ``storage`` this process's default while the block runs (None: leave it).
-
-    Why: a plan's inputs are read at many depths (discovery, cutting, the shard-ratio sample, a task's
-    reader threads and forked workers) that know only an input's URL; ``plan`` and each task set the
-    options once (the command line's, or the plan's ``storage`` record) instead of handing them down.
-    """
-    global _DEFAULT
-    if storage is None:
-        yield
-        return
-    previous, _DEFAULT = _DEFAULT, storage
-    try:
-        yield
-    finally:
-        _DEFAULT = previous
 
 
 def is_s3(location: str | os.PathLike) -> bool:

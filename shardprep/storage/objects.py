@@ -11,7 +11,7 @@ by botocore's standard mode for ``s3://`` (``storage.s3``), by :func:`retrying` 
 (their libraries' own retries run first where they have them).  Every request and every retry is counted in
 this process's :data:`READS`, which the task reports in its log and its sidecar's ``stats.remote``.
 
-A leaf below ``storage.s3`` and ``storage.remote``: it imports nothing of shardprep.
+A leaf below ``storage/s3/`` and ``storage/fsspec/``: it imports nothing of shardprep.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import random
 import threading
 import time
 import urllib.parse
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Callable, Protocol, TypeVar
 
 log = logging.getLogger(__name__)
@@ -103,9 +103,6 @@ class ReadCounts:
     def since(self, before: "ReadCounts") -> "ReadCounts":
         return ReadCounts(*(getattr(self, f.name) - getattr(before, f.name) for f in fields(self)))
 
-    def to_dict(self) -> dict[str, int]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
 
 class _Reads:
     """This process's :class:`ReadCounts` (reader threads add to it; a task reads a snapshot)."""
@@ -126,7 +123,7 @@ class _Reads:
 
     def snapshot(self) -> ReadCounts:
         with self._lock:
-            return ReadCounts(**self._counts.to_dict())
+            return replace(self._counts)
 
 
 READS = _Reads()

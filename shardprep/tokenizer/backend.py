@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import array
 import logging
-import os
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -60,9 +59,12 @@ class HFBackend:
     # encoded at ~0.6x the speed of calls of 128-512 (docs/benchmarks.md, "hf backend").
     call_chars = 128 << 10
 
-    def __init__(self, tokenizer_json: str, *, allow_special_tokens: bool = False, tokenizer: Any = None):
+    def __init__(self, tokenizer_json: str, *, allow_special_tokens: bool = False, tokenizer: Any = None,
+                 threads: int = 1):
         """``tokenizer``: the ``tokenizers.Tokenizer`` already parsed from ``tokenizer_json`` (taken over:
-        the settings below are applied to it)."""
+        the settings below are applied to it).  ``threads``: how many threads tokenizers' pool has, so that
+        each call gives every one of them ``call_chars`` (the pool itself is sized once per process,
+        before first use: ``job.resources.set_tokenizer_threads``)."""
         import tokenizers
 
         self._version = tokenizers.__version__
@@ -71,7 +73,7 @@ class HFBackend:
         self.tok.no_padding()
         # Raw text must not inject control tokens: encode "<|endoftext|>" in text as plain text.
         self.tok.encode_special_tokens = not allow_special_tokens
-        self._threads = max(1, int(os.environ.get("RAYON_NUM_THREADS", "1") or 1))   # job.resources sets it
+        self._threads = max(1, threads)
 
     def encode_batch(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         encs = self.tok.encode_batch_fast(texts, add_special_tokens=False)
@@ -104,18 +106,20 @@ class HFBackend:
 
 
 class BackendFactory(Protocol):
-    def __call__(self, tokenizer_json: str, allow_special: bool) -> Backend: ...
+    def __call__(self, tokenizer_json: str, allow_special: bool, *, threads: int = 1) -> Backend:
+        """``threads``: the backend's own threads (a task runs a fast backend on one, in worker processes)."""
+        ...
 
 
-def _hf_backend(tokenizer_json: str, allow_special: bool) -> Backend:
-    return HFBackend(tokenizer_json, allow_special_tokens=allow_special)
+def _hf_backend(tokenizer_json: str, allow_special: bool, *, threads: int = 1) -> Backend:
+    return HFBackend(tokenizer_json, allow_special_tokens=allow_special, threads=threads)
 
 
-def _gigatoken_backend(tokenizer_json: str, allow_special: bool) -> Backend:
+def _gigatoken_backend(tokenizer_json: str, allow_special: bool, *, threads: int = 1) -> Backend:
     # imported lazily: gigatoken is an optional dependency (shardprep[fast])
     from shardprep.tokenizer.gigatoken_backend import GigatokenBackend
 
-    return GigatokenBackend(tokenizer_json, allow_special_tokens=allow_special)
+    return GigatokenBackend(tokenizer_json, allow_special_tokens=allow_special, threads=threads)
 
 
 BACKENDS: dict[str, BackendFactory] = {"hf": _hf_backend, "gigatoken": _gigatoken_backend}
@@ -165,18 +169,19 @@ class Opened:
     load_failure: CheckRecord | None = None   # ``auto`` whose candidate did not load (``backend`` is then hf)
 
 
-def open_backend(name: str, tokenizer_json: str, *, allow_special_tokens: bool) -> Opened:
+def open_backend(name: str, tokenizer_json: str, *, allow_special_tokens: bool, hf_threads: int = 1) -> Opened:
     """The backend to encode with: ``hf`` as is, else the first fast candidate that loads (unchecked).
 
     Nothing is compared here, so the task can start encoding at once; ``check_candidate`` compares the
     ids once the task has them.  ``auto`` falls back to ``hf`` when no candidate loads; an explicitly
-    requested fast backend that does not load fails the task.
+    requested fast backend that does not load fails the task.  ``hf_threads``: ``hf``'s own threads (a
+    fast backend runs on one: the task gives it worker processes instead, ``job.encode.Parallelism``).
     """
     from shardprep.errors import TokenizerError
 
     _check_name(name)
     if name == "hf":
-        return Opened(BACKENDS["hf"](tokenizer_json, allow_special_tokens), name, candidate=False)
+        return Opened(BACKENDS["hf"](tokenizer_json, allow_special_tokens, threads=hf_threads), name, candidate=False)
     failure: CheckRecord | None = None
     for candidate in AUTO_CANDIDATES if name == "auto" else (name,):
         try:
@@ -186,7 +191,8 @@ def open_backend(name: str, tokenizer_json: str, *, allow_special_tokens: bool) 
                 raise TokenizerError(f"--backend={name}: {e}", hint="use --backend auto or --backend hf") from None
             log.warning("backend %s not used, falling back to hf: %s", candidate, e)
             failure = CheckRecord(False, candidate=candidate, reason=str(e))
-    return Opened(BACKENDS["hf"](tokenizer_json, allow_special_tokens), name, candidate=False, load_failure=failure)
+    return Opened(BACKENDS["hf"](tokenizer_json, allow_special_tokens, threads=hf_threads), name, candidate=False,
+                  load_failure=failure)
 
 
 def check_candidate(opened: Opened, tokenizer_json: str, *, allow_special_tokens: bool,

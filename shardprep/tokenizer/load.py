@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ import orjson
 
 from shardprep._extras import require
 from shardprep.errors import TokenizerError
+from shardprep.records import Record
 from shardprep.shard.format import dtype_for_vocab
 from shardprep.tokenizer.specials import KINDS, SpecialChoice, choose_specials, special_from_config
 
@@ -27,7 +28,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class TokenizerInfo:
+class TokenizerInfo(Record):
     """What job.json and index.json record about the tokenizer."""
 
     source: str
@@ -40,9 +41,6 @@ class TokenizerInfo:
     bos_id: int | None
     pad_token: str | None
     pad_id: int | None
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 @dataclass(frozen=True)

@@ -16,10 +16,10 @@ import dataclasses
 import datetime as _dt
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, ClassVar, Iterator
 
 from shardprep.job.state import format_array_ranges, parse_array_ranges
-from shardprep.records import Fields, load_json, record
+from shardprep.records import OMIT_NONE, Fields, Record, load_json, record
 from shardprep.storage.atomic import write_json_atomic
 from shardprep.storage.nofollow import real_dir
 
@@ -32,7 +32,7 @@ JOBS_FILE = "jobs.json"
 
 
 @dataclass(frozen=True)
-class ArrayRecord:
+class ArrayRecord(Record):
     """One submitted array: its job id, and which task each index runs (the i-th index the i-th task)."""
 
     job_id: str
@@ -49,12 +49,9 @@ class ArrayRecord:
         """(index, task) pairs."""
         yield from zip(parse_array_ranges(self.indices), parse_array_ranges(self.tasks))
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
 
 @dataclass(frozen=True)
-class FinalizeRecord:
+class FinalizeRecord(Record):
     """The finalize job of a submission (``afterok`` on every array of it)."""
 
     job_id: str
@@ -62,14 +59,15 @@ class FinalizeRecord:
     script: str | None = None      # sbatch: the script, relative to OUTPUT
     dependency: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
 
 @dataclass(frozen=True)
-class Submission:
+class Submission(Record):
     """One ``submit`` through Slurm (first run or ``--resume``), or one stage job (``executor`` ``slurm-stage``:
     a plain job of its own, ``job_id``/``script``/``log``, no arrays)."""
+
+    JSON_KEYS: ClassVar[tuple[str, ...]] = (
+        "seq", "submitted_at", "executor", "tasks", "max_array_size", "max_array_size_source", "throttle", "options",
+        "arrays", "finalize", "job_id", "script", "log", "then_submit")
 
     seq: int
     executor: str = "slurm"
@@ -81,10 +79,10 @@ class Submission:
     options: dict[str, Any] = field(default_factory=dict)   # SlurmOptions.to_dict(), as recorded
     arrays: tuple[ArrayRecord, ...] = ()
     finalize: FinalizeRecord | None = None
-    job_id: str | None = None                  # the stage job's
-    script: str | None = None
-    log: str | None = None
-    then_submit: tuple[str, ...] | None = None
+    job_id: str | None = field(default=None, metadata=OMIT_NONE)       # the stage job's
+    script: str | None = field(default=None, metadata=OMIT_NONE)
+    log: str | None = field(default=None, metadata=OMIT_NONE)
+    then_submit: tuple[str, ...] | None = field(default=None, metadata=OMIT_NONE)
 
     def slurm_options(self) -> SlurmOptions:
         """The options it was submitted with (fields recorded before they existed take today's defaults)."""
@@ -97,16 +95,6 @@ class Submission:
         """--max-requeues + 1 as recorded; None for submissions made before the cap existed (unlimited)."""
         cap = self.options.get("max_requeues")
         return None if cap is None else int(cap) + 1
-
-    def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {name: getattr(self, name) for name in _HEAD}
-        d.update(options=self.options, arrays=[a.to_dict() for a in self.arrays],
-                 finalize=self.finalize.to_dict() if self.finalize else None)
-        for name in _STAGE:
-            value = getattr(self, name)
-            if value is not None:
-                d[name] = list(value) if name == "then_submit" else value
-        return d
 
     @classmethod
     def parse(cls, f: Fields) -> Submission:
@@ -125,10 +113,6 @@ class Submission:
         if f.has("then_submit") and f.raw("then_submit") is not None:
             values["then_submit"] = f.strs("then_submit")
         return cls(**values)
-
-
-_HEAD = ("seq", "submitted_at", "executor", "tasks", "max_array_size", "max_array_size_source", "throttle")
-_STAGE = ("job_id", "script", "log", "then_submit")
 
 
 def jobs_path(output: Path) -> Path:

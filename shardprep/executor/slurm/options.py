@@ -9,10 +9,11 @@ object is built and an error names the command-line option, the value and the ex
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from shardprep.errors import ConfigError
+from shardprep.records import Record
 
 DEFAULT_SIGNAL_SECONDS = 120
 DEFAULT_MAX_REQUEUES = 3        # also written in templates/tokenize.sbatch for by-hand use (a test keeps both equal)
@@ -107,7 +108,7 @@ def normalize_extra_line(line: str) -> str:
 
 
 @dataclass(frozen=True)
-class SlurmOptions:
+class SlurmOptions(Record):
     """Resources and behaviour of the tokenize array (and, where they apply, finalize and stage jobs).
 
     ``None`` means "not set": the option is left out of the script and the site default applies.
@@ -179,11 +180,6 @@ class SlurmOptions:
                 out.append(f"--{name}={value}")
         out.append(f"--cpus-per-task={cpus_per_task or self.cpus_per_task}")
         return out
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["extra_sbatch"] = list(self.extra_sbatch)
-        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "SlurmOptions":

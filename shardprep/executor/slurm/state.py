@@ -223,6 +223,7 @@ def _attempts_text(v: TaskView) -> str:
 
 
 def as_json(view: SlurmView) -> dict[str, Any]:
+    """The view as ``status --json`` and ``report``'s numbers print it (its one JSON form)."""
     return {
         "submissions": view.submissions, "sources": view.sources,
         **{st: view.ids(st) for st in ("running", "pending", "failed", "missing")},
@@ -254,8 +255,3 @@ def refuse_if_active(output: Path, task_ids: list[int]) -> None:
                           f"Slurm (job {', '.join(jobs)})",
                           hint=f"wait for them (shardprep status {output}) or `scancel {' '.join(jobs)}` first")
 
-
-def slurm_status_json(output: Path, state: JobState) -> dict[str, Any] | None:
-    """``shardprep status --json``'s Slurm view (None when the job never used Slurm)."""
-    view = collect(output, state)
-    return as_json(view) if view else None

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, ClassVar, Sequence
 
 import orjson
 
@@ -27,13 +27,13 @@ from shardprep.inputs.discover import COMPRESSIONS, FORMATS, TABULAR, InputFile
 from shardprep.inputs.readers import WorkItem
 from shardprep.inputs.remote import is_input_url
 from shardprep.job.options import PlanOptions, TokenizeOptions
-from shardprep.job.sizing import RULES, Sizing
-from shardprep.records import Fields, json_path, load_json, path_from_json, printable, record
+from shardprep.job.schema.sizing import RULES, Sizing
+from shardprep.records import OMIT_NONE, Fields, Record, dump, json_path, load_json, path_from_json, printable, record
 from shardprep.shard.format import PLAN_FORMAT_VERSION, PLAN_RECORDS_FILE, PLAN_TABLE_FILE
 from shardprep.shard.provenance import PlanCheck
 from shardprep.shard.sidecar import SidecarInput
 from shardprep.storage.locations import StorageOptions
-from shardprep.storage.s3 import ClientOptions
+from shardprep.storage.s3.client import ClientOptions
 from shardprep.tokenizer.load import TokenizerInfo
 
 CREATED_BY = f"shardprep {__version__}"
@@ -180,6 +180,11 @@ def _storage(f: Fields) -> StorageOptions:
     return StorageOptions(s3=record(ClientOptions, f.obj_at("s3"), defaults=True))
 
 
+def _storage_record(storage: StorageOptions) -> dict[str, Any]:
+    """job.json's ``storage``: the S3 connection options, the one store a plan's remote inputs name today."""
+    return {"s3": dump(storage.s3)}
+
+
 def _sizing(f: Fields) -> Sizing:
     f.str("rule", choices=RULES)
     return record(Sizing, f)
@@ -239,8 +244,11 @@ def _check_seal(f: Fields, version: int) -> dict[str, str] | None:
 
 
 @dataclass(frozen=True)
-class Job:
+class Job(Record):
     """job.json: fingerprint, summary, tokenizer, options, and where the per-task records are."""
+
+    JSON_KEYS: ClassVar[tuple[str, ...]] = ("format_version", "created_by", "fingerprint", "summary", "tokenizer",
+                                            "options", "plan", "lustre", "sizing", "backend_check", "storage", "seal")
 
     fingerprint: str
     summary: PlanSummary
@@ -248,14 +256,16 @@ class Job:
     options: TokenizeOptions
     sizing: Sizing                            # the task size, decided once at plan time, and why (job.sizing)
     plan: PlanFiles
-    lustre: dict[str, Any] | None = None      # the Lustre layout applied to the output (not fingerprinted)
+    # the Lustre layout applied to the output (not fingerprinted)
+    lustre: dict[str, Any] | None = field(default=None, metadata=OMIT_NONE)
     # the backend check's hard cases, run once at plan time (tokenizer.plan_check; not fingerprinted)
-    backend_check: PlanCheck | None = None
+    backend_check: PlanCheck | None = field(default=None, metadata=OMIT_NONE)
     # how a task reaches the remote inputs (issue 22: the S3 connection options, no credentials); None: none
-    storage: StorageOptions | None = None
+    storage: StorageOptions | None = field(default=None, metadata={**OMIT_NONE, "encode": _storage_record})
     format_version: int = PLAN_FORMAT_VERSION
     created_by: str = CREATED_BY
-    seal: dict[str, str] | None = None        # digests of the SEALED sections (None: planned before the seal)
+    # digests of the SEALED sections (None: planned before the seal)
+    seal: dict[str, str] | None = field(default=None, metadata=OMIT_NONE)
 
     @property
     def n_tasks(self) -> int:
@@ -271,29 +281,12 @@ class Job:
         return dataclasses.replace(self, seal=seal_of(dataclasses.replace(self, seal=None).to_dict()))
 
     def to_dict(self) -> dict[str, Any]:
-        s, p = self.summary, self.plan
-        d: dict[str, Any] = {
-            "format_version": self.format_version,
-            "created_by": self.created_by,
-            "fingerprint": self.fingerprint,
-            "summary": {"inputs": s.inputs, "input_bytes": s.input_bytes, "tasks": s.tasks},
-            "tokenizer": self.tokenizer.to_dict(),
-            "options": self.options.to_dict(),
-            # the sizing's number again, as plans have held it since before ``sizing`` existed (old readers)
-            "plan_options": {"target_task_bytes": self.sizing.target_task_bytes},
-            "plan": {"records": p.records, "table": p.table, "root": p.root, "table_sha256": p.table_sha256,
-                     "inputs_sha256": p.inputs_sha256, "paths_sha256": p.paths_sha256},
-        }
-        if self.lustre is not None:
-            d["lustre"] = self.lustre
-        d["sizing"] = self.sizing.to_dict()
-        if self.backend_check is not None:
-            d["backend_check"] = self.backend_check.to_dict()
-        if self.storage is not None:
-            d["storage"] = {"s3": dataclasses.asdict(self.storage.s3)}
-        if self.seal is not None:
-            d["seal"] = self.seal
-        return d
+        """``dump`` in ``JSON_KEYS`` order, with ``plan_options`` after ``options``: the sizing's number again,
+        as plans have held it since before ``sizing`` existed (old readers)."""
+        items = list(dump(self).items())
+        at = [k for k, _ in items].index("options") + 1
+        plan_options = {"target_task_bytes": self.sizing.target_task_bytes}
+        return dict([*items[:at], ("plan_options", plan_options), *items[at:]])
 
     @classmethod
     def parse(cls, data: bytes, where: str | Path) -> "Job":

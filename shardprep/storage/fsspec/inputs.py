@@ -1,11 +1,12 @@
 """fsspec inputs (issue 22): files at ``gs://``, ``az://``/``abfs://`` and ``http(s)://`` URLs listed with their
 identity, and read only while they are the version the plan froze.
 
-Part of the fsspec store (``storage.remote``: file systems, error mapping, exact ranged reads).  The identity
-is the store's version of the content: a GCS object's generation, an Azure blob's ETag (and version id
-where versioning is on), an HTTP resource's ETag, or its Last-Modified when it has none (``storage.objects``).
-A file is checked against it with one HEAD when it is opened and one after it was read; every request
-is retried while it fails transiently (fsspec's HTTP file system does not retry at all).
+Built on ``client.py`` (file systems, error mapping, exact ranged reads); ``store.py``'s ``FsspecStore``
+offers it as ``walk`` and ``open_version``.  The identity is the store's version of the content: a GCS
+object's generation, an Azure blob's ETag (and version id where versioning is on), an HTTP resource's
+ETag, or its Last-Modified when it has none (``storage.objects``).  A file is checked against it with one
+HEAD when it is opened and one after it was read; every request is retried while it fails transiently
+(fsspec's HTTP file system does not retry at all).
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ import email.utils
 from functools import partial
 from typing import Any, Iterator, Mapping
 
+from shardprep.storage.fsspec.client import FsspecSource, is_http, remote_errors, resolve
 from shardprep.storage.objects import ATTEMPTS, READS, ObjectChanged, ObjectInfo, compare, identity_text, retrying
-from shardprep.storage.remote import FsspecSource, is_http, remote_errors, resolve
 
 
 def _mtime_ns(value: Any) -> int:

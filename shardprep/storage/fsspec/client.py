@@ -1,6 +1,6 @@
 """Shards at any URL fsspec knows (``gs://``, ``az://``, ``abfs://``, ``https://``, ``hf://`` ...), read in ranges.
 
-``s3://`` never comes here: it stays on the one S3 layer (``storage/s3.py``), so s3fs is not needed.  For
+``s3://`` never comes here: it stays on the one S3 layer (``storage/s3/``), so s3fs is not needed.  For
 everything else fsspec picks the file system from the URL (gcsfs, adlfs, its own HTTP one, huggingface_hub's
 ``HfFileSystem``) and ``options`` (fsspec's ``storage_options``) go to that file system's constructor;
 credentials otherwise come from each library's usual places (``GOOGLE_APPLICATION_CREDENTIALS``,
@@ -12,6 +12,8 @@ ignores ``Range`` is an error, not a silent full download.  Retries are the file
 adlfs retry transient errors; fsspec's HTTP does not).  File system instances come from fsspec's cache,
 which is per process id, so a forked DataLoader worker never uses its parent's event loop or sessions -
 and never finalizes them either (see :func:`_keep_inherited_file_systems`).
+
+The fsspec store (``store.py``) and its inputs (``inputs.py``) build on this module; it imports neither.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from shardprep.errors import (
     ShardprepError,
     TransferError,
 )
-from shardprep.storage.objects import ObjectInfo, VersionSource, http_status, retrying
+from shardprep.storage.objects import http_status, retrying
 from shardprep.storage.store import exact
 
 EXTRA = "remote"
@@ -102,7 +104,7 @@ def _missing(url: str, scheme: str, e: ImportError) -> EnvironmentProblem:
 
 @contextlib.contextmanager
 def remote_errors(what: str) -> Iterator[None]:
-    """File system exceptions made ours, naming ``what``, as ``storage.s3.s3_errors`` does for S3.
+    """File system exceptions made ours, naming ``what``, as ``storage.s3.client.s3_errors`` does for S3.
 
     Missing: ``FileNotFoundError``; a range past the end (HTTP 416): ``EOFError``; anything else the
     library raised (after its own retries): a one-line :class:`TransferError`.
@@ -131,41 +133,8 @@ def _transfer_error(what: str, e: BaseException) -> TransferError:
     return TransferError(f"{what}: {type(e).__name__}: {detail}", hint=hint)
 
 
-class FsspecStore:
-    """Any URL fsspec knows, its file systems built with ``options`` (a ``Store``, see ``storage.store``)."""
-
-    def __init__(self, options: Mapping[str, Any]):
-        self.options = options
-
-    def open(self, location: str) -> "FsspecSource":
-        return FsspecSource(location, self.options)
-
-    def read_bytes(self, location: str) -> bytes:
-        return read_object(location, self.options)
-
-    def sizes(self, root: str) -> Mapping[str, int]:
-        return object_sizes(root, self.options)
-
-    def sha256(self, location: str, *, block: int = 8 << 20) -> str:
-        return sha256_object(location, self.options, block=block)
-
-    def connect(self, location: str) -> None:
-        resolve(location, self.options)
-
-    def walk(self, root: str) -> Iterator[ObjectInfo]:
-        """The file at ``root`` and every file under ``root/``, with their identity (one listing)."""
-        from shardprep.storage.remote_inputs import walk_files
-
-        return walk_files(root, self.options)
-
-    def open_version(self, location: str, size: int, identity: str | None) -> VersionSource:
-        from shardprep.storage.remote_inputs import FsspecVersion
-
-        return FsspecVersion(location, self.options, size, identity)
-
-
 class FsspecSource:
-    """One remote file as a ``ByteSource``: each read is one ranged read of exact bytes (tried ``attempts``
+    """One remote file as a ``ByteSource`` (``FsspecStore.open``): each read is one ranged read of exact bytes (tried ``attempts``
     times while it fails transiently).
 
     The file system is looked up again after a fork (fsspec's instance cache is per process).

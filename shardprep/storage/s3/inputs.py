@@ -1,8 +1,8 @@
 """S3 inputs (issue 22): objects listed with their identity, and read only in the version the plan froze.
 
-Part of the one S3 layer: the client, its options and retries, the error mapping and the GET with its
-body retry are ``storage.s3``'s; this module adds what a tokenize task's inputs need on top (``S3Store``'s
-``walk`` and ``open_version``).  The identity is the ETag, plus the VersionId in a versioned bucket
+The client, its options and retries, the error mapping and the GET with its body retry are ``client.py``'s;
+this module adds what a tokenize task's inputs need on top (``S3Store``'s ``walk`` and ``open_version``,
+``store.py``).  The identity is the ETag, plus the VersionId in a versioned bucket
 (``storage.objects``).
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 from shardprep.storage.objects import READS, ObjectChanged, ObjectInfo, compare, identity_parts, identity_text
-from shardprep.storage.s3 import (
+from shardprep.storage.s3.client import (
     AnswerWatch,
     ClientOptions,
     S3Location,

@@ -1,4 +1,6 @@
-"""The one S3 layer: URLs, client options and clients, and the object reads the loader needs.
+"""The one S3 layer: URLs, client options and clients, error mapping, and the object reads and listings that
+staging, the loader and the S3 store (``store.py``, ``inputs.py``: they build on this module, never the
+reverse) need.
 
 Staging (``stage``/``upload``) and the loader both come here.  There is deliberately no way to pass
 access keys: they come from boto3's standard chain (environment, ``~/.aws`` files, SSO, instance or task
@@ -24,10 +26,10 @@ import re
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping, TypeVar
+from typing import Any, Callable, Iterator, TypeVar
 
 from shardprep.errors import ConfigError, TransferError
-from shardprep.storage.objects import ObjectChanged, ObjectInfo, VersionSource
+from shardprep.storage.objects import ObjectChanged
 from shardprep.storage.store import exact
 
 log = logging.getLogger(__name__)
@@ -65,7 +67,8 @@ class S3Object:
         return f"s3://{self.bucket}/{self.key}"
 
 
-def _split_url(url: str, what: str) -> tuple[str, str]:
+def split_url(url: str, what: str) -> tuple[str, str]:
+    """``(bucket, rest)`` of an ``s3://`` URL; ``what`` names the argument in the error."""
     if not is_s3_url(url):
         raise ConfigError(f"{what} must start with s3:// (got {url!r})")
     bucket, _, rest = url[len("s3://"):].partition("/")
@@ -79,7 +82,7 @@ def parse_s3_url(url: str, *, what: str = "S3 URL") -> S3Location:
 
     ``what`` names the argument in the error (e.g. ``"SOURCE"``), so the user knows which one is wrong.
     """
-    bucket, prefix = _split_url(url, what)
+    bucket, prefix = split_url(url, what)
     if prefix and not prefix.endswith("/"):
         prefix += "/"
     return S3Location(bucket, prefix)
@@ -87,7 +90,7 @@ def parse_s3_url(url: str, *, what: str = "S3 URL") -> S3Location:
 
 def parse_s3_object(url: str, *, what: str = "S3 object URL") -> S3Object:
     """Parse ``s3://bucket/key`` (a key is required and taken verbatim)."""
-    bucket, key = _split_url(url, what)
+    bucket, key = split_url(url, what)
     if not key or key.endswith("/"):
         raise ConfigError(f"{what}: {url!r} names no object (s3://bucket/key expected)")
     return S3Object(bucket, key)
@@ -346,42 +349,8 @@ def object_sizes(client: Any, loc: S3Location) -> dict[str, int]:
         return {e["Key"][len(loc.prefix):]: int(e["Size"]) for e in list_objects(client, loc, delimiter="/")}
 
 
-class S3Store:
-    """``s3://`` through this process's shared client for ``options`` (a ``Store``, see ``storage.store``)."""
-
-    def __init__(self, options: ClientOptions):
-        self.options = options
-
-    def open(self, location: str) -> "S3Source":
-        return S3Source(location, self.options)
-
-    def read_bytes(self, location: str) -> bytes:
-        return read_object(shared_client(self.options), parse_s3_object(location))
-
-    def sizes(self, root: str) -> Mapping[str, int]:
-        return object_sizes(shared_client(self.options), parse_s3_url(root))
-
-    def sha256(self, location: str, *, block: int = 8 << 20) -> str:
-        return sha256_object(shared_client(self.options), parse_s3_object(location), block=block)
-
-    def connect(self, location: str) -> None:
-        shared_client(self.options)
-
-    def walk(self, root: str) -> Iterator[ObjectInfo]:
-        """Every object whose URL starts with ``root``, in key order, with its identity (one listing)."""
-        from shardprep.storage.s3_inputs import walk_objects
-
-        bucket, prefix = _split_url(root, "input URL")
-        return walk_objects(shared_client(self.options), bucket, prefix)
-
-    def open_version(self, location: str, size: int, identity: str | None) -> VersionSource:
-        from shardprep.storage.s3_inputs import S3Version
-
-        return S3Version(location, self.options, size, identity)
-
-
 class S3Source:
-    """One S3 object as a ``ByteSource``: each read is one ranged GET of exact bytes.
+    """One S3 object as a ``ByteSource`` (``S3Store.open``): each read is one ranged GET of exact bytes.
 
     Holds no connection: the process's shared client is looked up per read, so a source created before a
     DataLoader worker forked is still safe to use in the worker.
