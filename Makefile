@@ -1,6 +1,6 @@
 # The two set-up commands (README.md): `make demo` runs the whole job end to end on the embedded
 # default; `make test` runs the test suite (.ci/run calls the same script).
-.PHONY: install demo test bench bench-setup
+.PHONY: install demo test test-fast bench bench-setup
 
 # What the demo needs beyond the core: [report], the figures of the page it ends with.  Not torch (it
 # loads no batches) nor the rest of [all]: about 440 MB and half a minute to a minute of pip with a warm
@@ -16,6 +16,11 @@ demo:
 
 test:
 	bash scripts/test.sh
+
+# Everything but the two process tiers (tests/e2e, and live: Slurm, torchrun, object-store servers), on an
+# installed checkout; one area: python3 -m pytest tests/loader (docs/architecture.md, "Tests").
+test-fast:
+	python3 -m pytest -q -m "not e2e and not live"
 
 bench: install
 	bash bench/run_all.sh

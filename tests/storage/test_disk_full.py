@@ -5,29 +5,14 @@ alike.  Runs on a real 2 MiB tmpfs; skipped where this process cannot mount one.
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import SMALL_FS_BYTES as SIZE
 from helpers import run_cli
 
 from shardprep.demo_data import sample_documents
 from shardprep.errors import EXIT_ENVIRONMENT
-
-SIZE = 2 << 20
-
-
-@pytest.fixture
-def small_fs(tmp_path) -> Path:
-    d = tmp_path / "small"
-    d.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs needs root")
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={SIZE}", "tmpfs", str(d)], capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
-    yield d
-    subprocess.run(["umount", "-l", str(d)], check=False)
 
 
 def _free(path: Path) -> int:

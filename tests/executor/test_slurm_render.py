@@ -29,8 +29,8 @@ from shardprep.executor.slurm.state import read_task_log
 from shardprep.executor.slurm.submission import SubmissionPlan
 from shardprep.executor.slurm.submitit import SubmititExecutor, extra_as_parameters
 
-REPO = Path(__file__).resolve().parents[1]
-GOLDEN = Path(__file__).parent / "fixtures" / "slurm_golden"
+REPO = Path(__file__).resolve().parents[2]
+GOLDEN = Path(__file__).parents[1] / "fixtures" / "slurm_golden"
 
 
 def plan_arrays(task_ids, max_array_size, indexing="offset"):

@@ -23,7 +23,7 @@ from shardprep.storage.lustre import (
 )
 from shardprep.storage.mounts import mount_for, parse_mounts
 
-sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
+sys.path.insert(0, str(Path(__file__).parents[1] / "fixtures"))
 from fake_lfs import install as install_fake_lfs  # noqa: E402
 
 FSX_MOUNTS = """\

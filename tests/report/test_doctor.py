@@ -17,7 +17,7 @@ from shardprep.demo_data import write_sample_corpus
 from shardprep.errors import EXIT_ENVIRONMENT, EXIT_INPUT, EXIT_TOKENIZER
 from shardprep.job.resources import usable_cpus
 
-sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
+sys.path.insert(0, str(Path(__file__).parents[1] / "fixtures"))
 from fake_lfs import install as install_fake_lfs  # noqa: E402
 
 CHECK_NAMES = ["tokenizer", "input", "tokenizer_speed", "backend", "cpus", "memory", "filesystem", "free_space",

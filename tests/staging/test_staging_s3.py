@@ -24,8 +24,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-sys.path.insert(0, str(Path(__file__).parent))
-sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
+sys.path.insert(0, str(Path(__file__).parents[1]))
+sys.path.insert(0, str(Path(__file__).parents[1] / "fixtures"))
 from fake_lfs import install as install_fake_lfs  # noqa: E402
 from s3_server import FaultProxy, aws_env, make_bucket, s3_client  # noqa: E402
 
@@ -35,7 +35,7 @@ from shardprep.staging.manifest import matches_filters  # noqa: E402
 from shardprep.staging.s5cmd import find_binary as find_s5cmd  # noqa: E402
 
 MIB = 1 << 20
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 from conftest import SHARED  # noqa: E402  (finds /work/shared from a worktree too)
 
 

@@ -17,7 +17,7 @@ from loader_helpers import make_dataset, run_torchrun
 
 pytestmark = [pytest.mark.ddp, pytest.mark.slow]
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 STEP_LINE = re.compile(r"^step (\d+) \(epoch (\d+)\): ([\d,]+) tokens/s, loss (\d+\.\d+)$")
 
 

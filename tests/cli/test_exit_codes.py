@@ -9,7 +9,7 @@ from pathlib import Path
 import shardprep
 from shardprep import errors
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PACKAGE = Path(shardprep.__file__).parent
 
 

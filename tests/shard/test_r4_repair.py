@@ -67,7 +67,7 @@ def test_the_next_repair_removes_what_a_killed_one_left(out):
     planted = out / ".repair.elsewhere.1.tmp"          # a link at such a name is not ours to follow or remove
     planted.symlink_to(out / "plan")
     with output_lock(out):                             # a live repair would hold this: its scratch is kept
-        proc = run_cli("repair", out, check=EXIT_PLAN_CONFLICT)
+        proc = run_cli("repair", out, check=EXIT_PLAN_CONFLICT, process=True)   # another process's lock
         assert "is in use by another shardprep run" in proc.stderr
         assert scratch.is_dir()
     proc = run_cli("repair", out)                      # nothing to rebuild, and still cleans up

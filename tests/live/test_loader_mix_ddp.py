@@ -22,7 +22,7 @@ from shardprep.loader.schedule import prefix_bound, window_bound
 
 pytestmark = [pytest.mark.ddp, pytest.mark.slow]
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "train_mix.py"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_mix.py"
 SEQ, BATCH, ROWS = 16, 4, 1200
 WEIGHTS = (("big", 0.6), ("mid", 0.3), ("tiny", 0.1))
 

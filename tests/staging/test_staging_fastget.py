@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))
 from s3_server import FAKE_CREDENTIALS, FaultProxy, aws_env, make_bucket, s3_client  # noqa: E402
 
 from shardprep.staging import fastget  # noqa: E402
@@ -298,7 +298,7 @@ def test_pyproject_pins_the_tested_botocore_range():
     import botocore
 
     tomllib = pytest.importorskip("tomllib")   # Python 3.11+; the pin is the same file on 3.10
-    project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]
+    project = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())["project"]
     pins = [d for d in project["optional-dependencies"]["s3"] if d.startswith("botocore")]
     assert pins == [f"botocore{fastget.tested_botocore_spec()}"]
     assert fastget.botocore_is_tested(botocore.__version__), botocore.__version__

@@ -14,11 +14,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import run_cli
+from helpers import run_cli as _run_cli
 
 from shardprep._extras import EXTRA_OF
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run_cli(*args, **kwargs) -> subprocess.CompletedProcess:
+    """The CLI in a process of its own: what it may import is decided at its start-up (``without``)."""
+    return _run_cli(*args, process=True, **kwargs)
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))
 from s3_server import aws_env, make_bucket, s3_client  # noqa: E402
 
 from shardprep.errors import ConfigError  # noqa: E402

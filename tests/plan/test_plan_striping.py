@@ -12,7 +12,7 @@ from shardprep.api import plan_job
 from shardprep.storage.lock import LOCK_FILE
 from shardprep.storage.lustre import DEFAULT_SHARD_LAYOUT, StripeLayout, prepare_output_dir
 
-sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
+sys.path.insert(0, str(Path(__file__).parents[1] / "fixtures"))
 from fake_lfs import install as install_fake_lfs  # noqa: E402
 
 

@@ -24,7 +24,7 @@ from loader_helpers import make_dataset
 pytestmark = [pytest.mark.ddp, pytest.mark.slow]
 pytest.importorskip("webdataset")
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "train_wds.py"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_wds.py"
 SEQ, BATCH, WORKERS, RANKS, EPOCHS = 32, 2, 2, 2, 2
 
 

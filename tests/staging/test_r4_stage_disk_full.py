@@ -11,14 +11,13 @@ from pathlib import Path
 
 import pytest
 from s3_server import aws_env, make_bucket, s3_client
-from test_disk_full import small_fs  # noqa: F401  (the 2 MiB tmpfs fixture)
 
 from shardprep.errors import EXIT_ENVIRONMENT
 
 pytestmark = pytest.mark.s3
 
 
-def test_a_full_disk_while_staging_is_one_line_and_exit_8(s3_endpoint, small_fs, tmp_path):  # noqa: F811
+def test_a_full_disk_while_staging_is_one_line_and_exit_8(s3_endpoint, small_fs, tmp_path):
     bucket = make_bucket(s3_endpoint, "full")
     client = s3_client(s3_endpoint)
     for i in range(4):                                    # 4 x 900 KiB into 2 MiB: the third cannot land

@@ -20,7 +20,7 @@ from helpers import run_cli
 from report_helpers import TRICKY, expected_numbers, lookup, make_job
 
 pytestmark = pytest.mark.slow
-ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
+ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync")
 

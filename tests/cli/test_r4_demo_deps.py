@@ -22,7 +22,7 @@ import pytest
 
 from shardprep._extras import EXTRA_OF
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 HEAVY = {"all", "test", "loader", "wds"}          # the extras that bring torch or the test tools
 
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")

@@ -15,7 +15,7 @@ from loader_helpers import equal_steps, make_dataset, records, run_torchrun, tor
 
 pytestmark = [pytest.mark.ddp, pytest.mark.slow]
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "train_ddp.py"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_ddp.py"
 SEQ, BATCH = 64, 4
 
 

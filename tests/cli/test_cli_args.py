@@ -158,5 +158,5 @@ def test_the_generic_argument_module_imports_no_executor_or_storage_code():
     imported = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if "|" in line]
     assert "shardprep.cli.args" in imported
     assert [m for m in imported if m.startswith(("shardprep.executor", "shardprep.storage"))] == []
-    source = Path(__file__).resolve().parents[1] / "shardprep" / "cli" / "args.py"
+    source = Path(__file__).resolve().parents[2] / "shardprep" / "cli" / "args.py"
     assert len(source.read_text(encoding="utf-8").splitlines()) < 150

@@ -109,8 +109,8 @@ def test_repair_refuses_changed_inputs_a_different_rebuild_and_a_held_lock(out):
     index["shards"][1]["sha256"] = published
     (out / "index.json").write_bytes(orjson.dumps(index, option=orjson.OPT_INDENT_2) + b"\n")
 
-    with output_lock(out):
-        proc = run_cli("repair", out, check=EXIT_PLAN_CONFLICT)
+    with output_lock(out):      # held by this process: the repair must be another one to meet it
+        proc = run_cli("repair", out, check=EXIT_PLAN_CONFLICT, process=True)
     assert f"{out} is in use by another shardprep run" in proc.stderr
     assert "lists no shard-00009.tar" in run_cli("repair", out, "--shard", "9", check=EXIT_USAGE).stderr
     assert "repaired shard-00001.tar" in run_cli("repair", out).stdout
