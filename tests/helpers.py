@@ -33,6 +33,12 @@ def run_cli(*args: str | os.PathLike, check: bool | int = True, env: dict | None
     return proc
 
 
+def cli(*args: str | os.PathLike) -> tuple[int, str, str]:
+    """``shardprep ARGS`` in this process, checked by the caller: (exit code, stdout, stderr)."""
+    proc = run_cli(*args, check=False)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
 def write_slow_text(path: Path, repeats: int = 6) -> Path:
     """A ~7 MB text file (24,000 documents) whose task runs for seconds with ``--backend hf`` on one CPU:
     long enough to interrupt it mid-write (kill, pre-timeout signal, Ctrl-C).  ``repeats``: ~1.2 MB each."""

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import orjson
 from helpers import run_cli
@@ -29,12 +29,3 @@ def edit_json(path: Path, change: Callable[[dict], object]) -> None:
     d = orjson.loads(path.read_bytes())
     change(d)
     path.write_bytes(orjson.dumps(d, option=orjson.OPT_INDENT_2) + b"\n")
-
-
-def cli(capsys: Any, *args: Any) -> tuple[int, str, str]:
-    """The CLI in-process: (exit code, stdout, stderr)."""
-    from shardprep.cli.main import main
-
-    code = main([str(a) for a in args])
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+from helpers import cli
 
-from shardprep.cli.main import main
 from shardprep.demo_data import sample_documents
 from shardprep.errors import EXIT_INPUT, EXIT_TRANSFER, TransferError
 
@@ -42,10 +42,6 @@ def no_range_server(tmp_path) -> Iterator[tuple[str, Path]]:
         server.server_close()
 
 
-def _cli(capsys, *args: object) -> tuple[int, str]:
-    code = main([str(a) for a in args])
-    return code, capsys.readouterr().err
-
 
 def test_a_shard_server_that_ignores_range_is_named_so(no_range_server, sample_tokenizer, capsys):
     pytest.importorskip("fsspec")
@@ -54,7 +50,7 @@ def test_a_shard_server_that_ignores_range_is_named_so(no_range_server, sample_t
     url, root = no_range_server
     (root / "raw").mkdir()
     (root / "raw" / "a.txt").write_text("\n".join(sample_documents(300, seed=5)) + "\n")
-    code, err = _cli(capsys, "submit", "-i", root / "raw", "-o", root / "out", "-t", sample_tokenizer,
+    code, _, err = cli("submit", "-i", root / "raw", "-o", root / "out", "-t", sample_tokenizer,
                      "--backend", "hf", "--workers", "1", "--no-progress")
     assert code == 0, err
     with pytest.raises(TransferError) as caught:
@@ -68,7 +64,7 @@ def test_an_input_server_that_ignores_range_is_named_so(no_range_server, tmp_pat
     pytest.importorskip("fsspec")
     url, root = no_range_server
     (root / "big.txt").write_text("\n".join(sample_documents(3000, seed=2)) + "\n")    # ~0.9 MB: cut in ranges
-    code, err = _cli(capsys, "plan", "-i", f"{url}/big.txt", "-o", tmp_path / "out", "-t", sample_tokenizer,
+    code, _, err = cli("plan", "-i", f"{url}/big.txt", "-o", tmp_path / "out", "-t", sample_tokenizer,
                      "--target-task-bytes", "256K", "--force-small-tasks")
     assert code == EXIT_TRANSFER, err
     assert f"{url}/big.txt: the server ignored the Range request" in err
@@ -88,8 +84,8 @@ def test_a_text_column_of_integers_is_refused_at_plan_time(tmp_path, sample_toke
         with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
             writer.write_table(table)
     out = tmp_path / "out"
-    code, err = _cli(capsys, "plan", "-i", path, "-o", out, "-t", sample_tokenizer, "--text-field", "n")
+    code, _, err = cli("plan", "-i", path, "-o", out, "-t", sample_tokenizer, "--text-field", "n")
     assert code == EXIT_INPUT and len(err.strip().splitlines()) == 1, err
     assert f"{path}: column 'n' holds int64, not text (text columns: body)" in err
     assert not (out / "job.json").exists()
-    assert _cli(capsys, "plan", "-i", path, "-o", out, "-t", sample_tokenizer, "--text-field", "body")[0] == 0
+    assert cli("plan", "-i", path, "-o", out, "-t", sample_tokenizer, "--text-field", "body")[0] == 0

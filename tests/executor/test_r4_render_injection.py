@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import cli
 
-from shardprep.cli.main import main
 from shardprep.errors import EXIT_USAGE, ConfigError
 from shardprep.executor.slurm.options import SlurmOptions
 from shardprep.executor.slurm.render import render, render_tokenize, template_text
@@ -28,14 +28,6 @@ from shardprep.executor.slurm.submitit import SubmititExecutor
 
 HOSTILE = "a b $(touch {canary}) `touch {canary}` ; touch {canary} '\"\\ \n touch {canary}"
 
-
-def _cli(capsys, *args: object) -> tuple[int, str, str]:
-    try:
-        code = main([str(a) for a in args])
-    except SystemExit as e:             # argparse's usage errors
-        code = int(e.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture
@@ -64,7 +56,7 @@ def test_a_control_character_in_a_slurm_option_is_one_error_line(capsys, tmp_pat
                                                                   flag, value, executor):
     canary = tmp_path / "canary"
     out = tmp_path / "out"
-    code, stdout, err = _cli(capsys, "submit", "--executor", executor, "--dry-run", "-i", text_input, "-o", out,
+    code, stdout, err = cli("submit", "--executor", executor, "--dry-run", "-i", text_input, "-o", out,
                              "-t", sample_tokenizer, f"{flag}={value.format(canary=canary)}")
     assert code == EXIT_USAGE, (code, stdout, err)
     lines = err.strip().splitlines()
@@ -73,7 +65,7 @@ def test_a_control_character_in_a_slurm_option_is_one_error_line(capsys, tmp_pat
 
 
 def test_the_stage_job_refuses_them_too(capsys, tmp_path):
-    code, stdout, err = _cli(capsys, "stage", "s3://bucket/raw/", tmp_path / "dest", "--submit", "--dry-run",
+    code, stdout, err = cli("stage", "s3://bucket/raw/", tmp_path / "dest", "--submit", "--dry-run",
                              "--sbatch-extra=--exclusive\ntouch /tmp/x")
     assert code == EXIT_USAGE and len(err.strip().splitlines()) == 1 and "--sbatch-extra" in err, err
 
@@ -94,7 +86,7 @@ def test_the_renderer_refuses_a_multi_line_directive_whoever_built_it():
 
 
 def test_ordinary_sbatch_extra_still_renders(capsys, tmp_path, text_input, sample_tokenizer):
-    code, stdout, err = _cli(capsys, "submit", "--executor", "slurm", "--dry-run", "-i", text_input, "-o",
+    code, stdout, err = cli("submit", "--executor", "slurm", "--dry-run", "-i", text_input, "-o",
                              tmp_path / "out", "-t", sample_tokenizer, "--sbatch-extra", "gres=gpu:1",
                              "--sbatch-extra=#SBATCH --mail-type END", "--job-name", "tok-1")
     assert code == 0, err

@@ -10,22 +10,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import cli
 from loader_helpers import make_dataset
 
-from shardprep.cli.main import main
 from shardprep.errors import EXIT_INCOMPLETE, EXIT_USAGE, ConfigError
 from shardprep.loader.mixture import mixture_spec
 from shardprep.shard.sidecar import Sidecar
-
-
-def cli(capsys, *args: object) -> tuple[int, str, str]:
-    """``shardprep ARGS`` in this process: (exit code, stdout, stderr); argparse's exit 2 included."""
-    try:
-        code = main([str(a) for a in args])
-    except SystemExit as e:
-        code = int(e.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture(scope="module")
@@ -54,17 +44,17 @@ def _corrupt_copy(dataset: Path, dest: Path, *, sidecar: bool) -> tuple[Path, st
 def test_inspect_decode_refuses_an_id_beyond_the_vocabulary(dataset, tmp_path, capsys, sidecar):
     assert Sidecar.parse((dataset / "shard-00000.json").read_bytes(), "x").dtype == "uint16"
     shard, key, bad = _corrupt_copy(dataset, tmp_path / "copy", sidecar=sidecar)
-    code, out, err = cli(capsys, "inspect", shard, "--decode", "2")
+    code, out, err = cli("inspect", shard, "--decode", "2")
     assert code == EXIT_INCOMPLETE, (out, err)
     lines = err.strip().splitlines()
     assert len(lines) == 1 and str(shard) in lines[0] and f"sample {key}" in lines[0] and str(bad) in lines[0], err
     assert "--- document" not in out                          # nothing printed as if it were clean text
-    code, out, _ = cli(capsys, "inspect", shard)               # the summary alone decodes nothing: still shown
+    code, out, _ = cli("inspect", shard)               # the summary alone decodes nothing: still shown
     assert code == 0 and "documents" in out
 
 
 def test_inspect_decode_of_a_clean_shard_still_prints_it(dataset, capsys):
-    code, out, err = cli(capsys, "inspect", dataset / "shard-00000.tar", "--decode", "1")
+    code, out, err = cli("inspect", dataset / "shard-00000.tar", "--decode", "1")
     assert code == 0 and "--- document 0" in out, err
 
 
@@ -79,7 +69,7 @@ def test_inspect_decode_of_a_clean_shard_still_prints_it(dataset, capsys):
 def test_mix_refuses_a_spec_with_a_duplicate_key(dataset, tmp_path, capsys, suffix, body, where):
     spec = tmp_path / f"mix{suffix}"
     spec.write_text(body.replace("D", str(dataset)))
-    code, out, err = cli(capsys, "mix", spec, "--seq-len", "16")
+    code, out, err = cli("mix", spec, "--seq-len", "16")
     assert code == EXIT_USAGE, (out, err)
     assert len(err.strip().splitlines()) == 1 and str(spec) in err and where in err, err
 
@@ -87,7 +77,7 @@ def test_mix_refuses_a_spec_with_a_duplicate_key(dataset, tmp_path, capsys, suff
 def test_a_yaml_merge_key_may_still_be_overridden(dataset, tmp_path, capsys):
     spec = tmp_path / "mix.yaml"
     spec.write_text(f"sources:\n  - &a {{path: {dataset}, weight: 1, name: one}}\n  - <<: *a\n    name: two\n")
-    _, _, err = cli(capsys, "mix", spec, "--seq-len", "16")
+    _, _, err = cli("mix", spec, "--seq-len", "16")
     assert "duplicate key" not in err and "same data" in err, err       # past the spec, to the sources' check
 
 
@@ -105,7 +95,7 @@ def test_a_weight_beyond_a_float_is_one_line(dataset, tmp_path, capsys):
         ShardDataset([(str(dataset), 10 ** 400)], mode="pack", seq_len=16)
     spec = tmp_path / "mix.json"
     spec.write_text(json.dumps({"sources": [{"path": str(dataset), "weight": 10 ** 400}]}))
-    code, _, err = cli(capsys, "mix", spec, "--seq-len", "16")
+    code, _, err = cli("mix", spec, "--seq-len", "16")
     assert code == EXIT_USAGE and len(err.strip().splitlines()) == 1 and "401-digit integer" in err, err
 
 
@@ -113,10 +103,10 @@ def test_a_weight_beyond_a_float_is_one_line(dataset, tmp_path, capsys):
 def test_mix_tokens_too_large_is_a_usage_error(dataset, tmp_path, capsys, tokens):
     spec = tmp_path / "mix.json"
     spec.write_text(json.dumps({"sources": [{"path": str(dataset), "weight": 1}]}))
-    code, out, err = cli(capsys, "mix", spec, "--seq-len", "16", "--tokens", tokens)
+    code, out, err = cli("mix", spec, "--seq-len", "16", "--tokens", tokens)
     assert code == EXIT_USAGE, (out, err)
     assert "Traceback" not in err and f"'{tokens}'" in err and "a token count is a whole number from 1 to" in err
-    code, out, _ = cli(capsys, "mix", spec, "--seq-len", "16", "--tokens", "4e18")     # the largest allowed
+    code, out, _ = cli("mix", spec, "--seq-len", "16", "--tokens", "4e18")     # the largest allowed
     assert code == 0 and "rows" in out
 
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import orjson
 import pytest
-from helpers import run_cli
-from r4_outputs import cli, edit_json, finished_output
+from helpers import cli, run_cli
+from r4_outputs import edit_json, finished_output
 
 from shardprep.errors import EXIT_INCOMPLETE, EXIT_INPUT, IncompleteError
 
@@ -70,7 +70,7 @@ def test_an_edited_index_is_refused_by_verify_and_the_loader_and_rebuilt_by_repa
     change, needle = EDITS[case]
     edit_json(out / "index.json", change)
 
-    code, _, err = cli(capsys, "verify", out)
+    code, _, err = cli("verify", out)
     assert code == EXIT_INCOMPLETE, err
     assert err.count("\n") == 1 and f"{out / 'index.json'}: {needle}" in err, err
     assert f"shardprep repair {out}" in err
@@ -81,7 +81,7 @@ def test_an_edited_index_is_refused_by_verify_and_the_loader_and_rebuilt_by_repa
     fixed = run_cli("repair", out)
     assert "repaired index.json (" in fixed.stdout and "rebuilt from the plan and the checked sidecars" in fixed.stdout
     assert (out / "index.json").read_bytes() == published          # what finalize wrote, byte for byte
-    assert cli(capsys, "verify", out)[0] == 0
+    assert cli("verify", out)[0] == 0
     assert sum(1 for _ in ShardDataset(out, mode="doc", shuffle=False)) == 120
 
 
@@ -90,10 +90,10 @@ def test_self_consistency_holds_without_a_plan_and_the_plan_checks_where_one_is_
 
     (out / "job.json").unlink()              # a copy of the dataset alone: shards, sidecars, index.json
     edit_json(out / "index.json", lambda d: d["tokenizer"].update(eos_id=5))
-    assert cli(capsys, "verify", out)[0] == 0           # nothing to hold the tokenizer record to
+    assert cli("verify", out)[0] == 0           # nothing to hold the tokenizer record to
     ShardDataset(out, mode="doc")
     edit_json(out / "index.json", lambda d: d["shards"].pop(1))
-    code, _, err = cli(capsys, "verify", out)
+    code, _, err = cli("verify", out)
     assert code == EXIT_INCOMPLETE and "lists 2 shard(s) but 'totals.shards' is 3" in err
     with pytest.raises(IncompleteError, match="lists 2 shard"):
         ShardDataset(out, mode="doc")
@@ -112,7 +112,7 @@ def test_a_copy_at_s3_is_held_to_the_plan_uploaded_with_it(out, capsys, s3_endpo
         if f.is_file() and not f.name.startswith("."):
             client.upload_file(str(f), bucket, f"ds/{f.name}")
     url = f"s3://{bucket}/ds"
-    code, _, err = cli(capsys, "verify", url, "--endpoint-url", s3_endpoint)
+    code, _, err = cli("verify", url, "--endpoint-url", s3_endpoint)
     assert code == EXIT_INCOMPLETE and f"{url}/index.json: field 'tokenizer.eos_id': is 5 but job.json says 0" in err
     assert "in the output directory this copy was uploaded from" in err
     with pytest.raises(IncompleteError, match="tokenizer.eos_id"):
@@ -155,9 +155,9 @@ def test_deleting_the_seal_is_refused_by_every_reader(out, also):
 
 def test_a_plan_from_before_the_seal_reads_without_one_and_the_version_is_sealed(out, capsys):
     edit_json(out / "job.json", lambda d: d.update(format_version=2))       # the version alone, under the seal
-    code, _, err = cli(capsys, "verify", out)
+    code, _, err = cli("verify", out)
     assert code == EXIT_INPUT and "'format_version' changed since planning" in err
     edit_json(out / "job.json", lambda d: d.pop("seal"))       # a format-2 plan written before the seal existed
     (out / "index.json").unlink()
     assert "index.json written: 3 shard(s)" in run_cli("finalize", out).stdout
-    assert cli(capsys, "verify", out)[0] == 0
+    assert cli("verify", out)[0] == 0

@@ -10,18 +10,13 @@ from __future__ import annotations
 import json
 
 import pytest
+from helpers import cli
 
-from shardprep.cli.main import main
 from shardprep.demo_data import sample_documents
 
 
-def _cli(capsys, *args: object) -> tuple[int, str]:
-    code = main([str(a) for a in args])
-    return code, capsys.readouterr().out
-
-
 def _input_check(capsys, *args: object) -> dict:
-    code, out = _cli(capsys, "doctor", *args, "--json")
+    code, out, _ = cli("doctor", *args, "--json")
     return next(c for c in json.loads(out)["checks"] if c["name"] == "input")
 
 
@@ -41,7 +36,7 @@ def test_doctor_prints_the_sizing_submit_chooses(tmp_path, sample_tokenizer, cap
     for i in range(3):
         (raw / f"{i}.txt").write_text("\n".join(sample_documents(200, seed=i)) + "\n")
     out = tmp_path / "out"
-    code, printed = _cli(capsys, "submit", "--executor", "slurm", "--dry-run", "-i", raw, "-o", out,
+    code, printed, _ = cli("submit", "--executor", "slurm", "--dry-run", "-i", raw, "-o", out,
                          "-t", sample_tokenizer)
     assert code == 0
     sizing = next(line for line in printed.splitlines() if line.startswith("sizing: "))

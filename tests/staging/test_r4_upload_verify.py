@@ -10,7 +10,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from r4_outputs import cli, edit_json, finished_output
+from helpers import cli
+from r4_outputs import edit_json, finished_output
 from s3_server import make_bucket, s3_client
 
 from shardprep.errors import EXIT_INCOMPLETE
@@ -33,7 +34,7 @@ def _keys(endpoint: str, bucket: str) -> set[str]:
 
 
 def upload(capsys, src: Path, bucket: str, endpoint: str) -> tuple[int, str, str]:
-    return cli(capsys, "upload", src, f"s3://{bucket}/ds/", "--endpoint-url", endpoint, "--no-progress")
+    return cli("upload", src, f"s3://{bucket}/ds/", "--endpoint-url", endpoint, "--no-progress")
 
 
 def _wrong_counts(d: dict) -> None:      # a sidecar that parses (its table adds up) but does not describe its shard
