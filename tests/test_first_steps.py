@@ -12,6 +12,7 @@ import socket
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import pytest
 from helpers import run_cli
 
 from shardprep.errors import EXIT_INCOMPLETE, EXIT_TOKENIZER
@@ -41,6 +42,7 @@ def _tick_labels(html: str) -> dict[str, dict[str, list[str]]]:
     return out
 
 
+@pytest.mark.requires("report")
 def test_the_report_of_a_one_task_job_has_whole_number_axes(tmp_path):
     run_cli("demo", "--workdir", tmp_path / "demo", "--files", "1", "--docs-per-file", "50")
     ticks = _tick_labels((tmp_path / "demo" / "shards" / "report.html").read_text())
@@ -55,6 +57,7 @@ def _closed_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.requires("hf")
 def test_a_hub_tokenizer_fails_at_once_when_the_hub_is_unreachable(tmp_path):
     (tmp_path / "a.txt").write_text("one document\n")
     env = {"HF_ENDPOINT": f"http://127.0.0.1:{_closed_port()}", "HF_HOME": str(tmp_path / "hf"),

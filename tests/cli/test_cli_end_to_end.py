@@ -51,6 +51,7 @@ def _write_all_formats(root: Path) -> list[str]:
     return [t for path in sorted(expected) for t in expected[path]]
 
 
+@pytest.mark.requires("hf")
 def test_every_format_matches_independent_tokenization(tmp_path, sample_tokenizer):
     raw = tmp_path / "raw"
     raw.mkdir()

@@ -128,7 +128,7 @@ def test_inspect_decode_without_a_tokenizer_beside_the_shard(tmp_path, finished,
 @pytest.mark.parametrize("command, option, value", [
     ("submit", "--workers", "-2"), ("submit", "--workers", "0"),
     ("verify", "--workers", "-2"), ("verify", "--workers", "0"),
-    ("export-hf", "--num-files", "0"), ("export-hf", "--num-files", "-3"),
+    *(pytest.param("export-hf", "--num-files", n, marks=pytest.mark.requires("hf")) for n in ("0", "-3")),
     ("demo", "--workers", "-1"), ("demo", "--files", "0"), ("demo", "--docs-per-file", "-5"),
     ("inspect", "--decode", "-1"), ("inspect", "--max-chars", "0"),
     ("run-task", "--threads", "0"),

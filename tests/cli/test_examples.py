@@ -6,9 +6,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
+@pytest.mark.requires("loader")
 def test_tokenize_and_read_example(tmp_path):
     proc = subprocess.run([sys.executable, str(EXAMPLES / "tokenize_and_read.py"), str(tmp_path)],
                           capture_output=True, text=True, timeout=300)

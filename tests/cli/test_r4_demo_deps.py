@@ -112,6 +112,7 @@ def run_demo_without(blocked: set[str], tmp_path: Path) -> subprocess.CompletedP
     return proc
 
 
+@pytest.mark.requires("report")
 @pytest.mark.slow
 def test_demo_runs_with_torch_and_every_extra_it_does_not_install_blocked(tmp_path):
     demo_extras = requested_extras(pip_requests(make_installs("demo"), tmp_path))

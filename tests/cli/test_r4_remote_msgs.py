@@ -43,6 +43,7 @@ def no_range_server(tmp_path) -> Iterator[tuple[str, Path]]:
 
 
 
+@pytest.mark.requires("loader")
 def test_a_shard_server_that_ignores_range_is_named_so(no_range_server, sample_tokenizer, capsys):
     pytest.importorskip("fsspec")
     from shardprep.loader.dataset import ShardDataset
@@ -60,6 +61,7 @@ def test_a_shard_server_that_ignores_range_is_named_so(no_range_server, sample_t
     assert "truncated" not in message and "corrupt" not in message
 
 
+@pytest.mark.requires("remote")
 def test_an_input_server_that_ignores_range_is_named_so(no_range_server, tmp_path, sample_tokenizer, capsys):
     pytest.importorskip("fsspec")
     url, root = no_range_server

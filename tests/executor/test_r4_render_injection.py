@@ -64,6 +64,7 @@ def test_a_control_character_in_a_slurm_option_is_one_error_line(capsys, tmp_pat
     assert "#SBATCH" not in stdout and not canary.exists() and not out.exists()
 
 
+@pytest.mark.requires("s3")
 def test_the_stage_job_refuses_them_too(capsys, tmp_path):
     code, stdout, err = cli("stage", "s3://bucket/raw/", tmp_path / "dest", "--submit", "--dry-run",
                              "--sbatch-extra=--exclusive\ntouch /tmp/x")

@@ -120,6 +120,7 @@ def test_corrupt_compressed_input_names_the_file_with_the_input_exit_code(tmp_pa
     assert not (tmp_path / "o" / "shard-00000.tar").exists() and not list((tmp_path / "o").glob(".shard-*"))
 
 
+@pytest.mark.requires("hf")
 def test_slow_tokenizer_is_refused(tmp_path):
     d = tmp_path / "slow"
     d.mkdir()

@@ -131,6 +131,7 @@ def test_placement_keeps_each_given_value_over_the_default():
 
 
 # -- the source ----------------------------------------------------------------------------------------
+@pytest.mark.requires("loader")
 def test_the_source_is_decided_once_from_the_paths_shape(tmp_path):
     out = tmp_path / "out"
     out.mkdir()

@@ -81,6 +81,7 @@ def test_a_yaml_merge_key_may_still_be_overridden(dataset, tmp_path, capsys):
     assert "duplicate key" not in err and "same data" in err, err       # past the spec, to the sources' check
 
 
+@pytest.mark.requires("loader")
 def test_an_empty_dataset_list_is_one_line():
     from shardprep.loader import ShardDataset
 
@@ -88,6 +89,7 @@ def test_an_empty_dataset_list_is_one_line():
         ShardDataset([], mode="doc")
 
 
+@pytest.mark.requires("loader")
 def test_a_weight_beyond_a_float_is_one_line(dataset, tmp_path, capsys):
     from shardprep.loader import ShardDataset
 

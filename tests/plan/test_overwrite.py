@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import orjson
+import pytest
 from helpers import run_cli
 
 from shardprep.errors import EXIT_PLAN_CONFLICT
@@ -67,6 +68,7 @@ def test_overwrite_refuses_a_job_json_shardprep_did_not_write(tmp_path, sample_t
     assert "is not a shardprep plan" in proc.stderr
 
 
+@pytest.mark.requires("loader")
 def test_every_file_a_run_writes_is_on_the_overwrite_list(tmp_path, sample_tokenizer):
     """What a local run and a Slurm submission (dry run plus the logs sbatch and submitit write) leave
     in OUTPUT is exactly what --overwrite may delete; anything new must be added to OWNED_FILES."""

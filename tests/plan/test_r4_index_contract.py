@@ -62,6 +62,7 @@ EDITS = {
 }
 
 
+@pytest.mark.requires("loader")
 @pytest.mark.parametrize("case", list(EDITS))
 def test_an_edited_index_is_refused_by_verify_and_the_loader_and_rebuilt_by_repair(out, capsys, case):
     from shardprep.loader import ShardDataset
@@ -85,6 +86,7 @@ def test_an_edited_index_is_refused_by_verify_and_the_loader_and_rebuilt_by_repa
     assert sum(1 for _ in ShardDataset(out, mode="doc", shuffle=False)) == 120
 
 
+@pytest.mark.requires("loader")
 def test_self_consistency_holds_without_a_plan_and_the_plan_checks_where_one_is_reachable(out, capsys):
     from shardprep.loader import ShardDataset
 

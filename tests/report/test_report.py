@@ -103,6 +103,7 @@ def test_tokenizer_summary_and_decoded_samples(job, sample_tokenizer):
     assert last["last_ids"] == docs[-1][-12:]
 
 
+@pytest.mark.requires("report")
 def test_running_job_shows_progress_failure_and_eta(tmp_path, sample_tokenizer):
     """Two tasks done, one failed (its input changed after planning), one never started; no index.json."""
     from report_helpers import write_corpus
@@ -212,6 +213,7 @@ def test_missing_matplotlib_is_a_clear_error_and_json_still_works(tmp_path, job)
     assert proc.returncode == 0 and orjson.loads(proc.stdout)["totals"]["shards"] == 4
 
 
+@pytest.mark.requires("report")
 def test_demo_ends_by_writing_the_report(tmp_path):
     proc = run_cli("demo", "--workdir", tmp_path / "demo", "--files", "2", "--docs-per-file", "30")
     last = proc.stdout.strip().splitlines()[-1]
@@ -239,6 +241,7 @@ def test_task_log_attempts_failures_and_runs_in_progress():
     assert parse_task_log(7, "no timestamp here\n") is None
 
 
+@pytest.mark.requires("report")
 def test_backend_fallback_reasons_are_grouped_per_task(tmp_path, job):
     """A task whose ``auto`` check fell back to hf: its own row, with the reason from its sidecar."""
     import shutil

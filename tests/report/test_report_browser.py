@@ -90,6 +90,7 @@ def _same(dom_value: str, json_value) -> bool:
     return dom_value == str(json_value)
 
 
+@pytest.mark.requires("report")
 def test_page_in_chromium_shows_the_json_numbers(tmp_path, sample_tokenizer, chromium):
     out = make_job(tmp_path, sample_tokenizer, "--chunk-tokens", "1024")
     page = tmp_path / "page" / "report.html"

@@ -77,6 +77,7 @@ def etag_of(client, bucket: str, key: str) -> str:
 
 # ------------------------------------------------------------------------------ endpoint (pure rules)
 
+@pytest.mark.requires("s3")
 @pytest.mark.parametrize("url,key,base,region", [
     ("http://127.0.0.1:9000/bkt/raw/a%20b.txt", "raw/a b.txt", "http://127.0.0.1:9000/bkt/", "us-east-1"),
     ("https://bkt.s3.eu-west-1.amazonaws.com/raw/%C3%BC.txt", "raw/ü.txt", "https://bkt.s3.eu-west-1.amazonaws.com/",
@@ -90,6 +91,7 @@ def test_endpoint_is_the_captured_url_minus_the_quoted_key(url, key, base, regio
     assert endpoint.url_for(key) == url
 
 
+@pytest.mark.requires("s3")
 @pytest.mark.parametrize("change", [
     {"signature_version": "v4a"},                           # multi-region access point
     {"signature_version": "s3"},                            # SigV2
@@ -103,6 +105,7 @@ def test_requests_that_cannot_be_mirrored_fall_back_to_get_object(change):
     assert endpoint_from_request(seen, "raw/x.txt") is None
 
 
+@pytest.mark.requires("s3")
 def test_virtual_hosted_urls_and_signing_scope_match_botocore_for_any_key(monkeypatch):
     """AWS-shaped client (virtual-hosted style, a region, a session token), requests answered offline."""
     import boto3
@@ -177,6 +180,7 @@ def test_gives_up_after_max_attempts_with_the_s3_error(s3_endpoint, bucket):
     assert _reason(info.value) == "download: InternalError (HTTP 500): injected by FaultProxy"
 
 
+@pytest.mark.requires("s3")
 def test_connection_errors_are_retried_then_raised(monkeypatch):
     """Nothing listens on the port: the first get_object fails, but its request was seen and signed."""
     import socket
@@ -294,6 +298,7 @@ def test_credentials_never_reach_logs_reasons_or_files(s3_endpoint, bucket, tmp_
 
 # ------------------------------------------------------------------------ the pinned botocore internals
 
+@pytest.mark.requires("s3")
 def test_pyproject_pins_the_tested_botocore_range():
     import botocore
 

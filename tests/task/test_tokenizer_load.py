@@ -27,6 +27,7 @@ def test_directory_with_config_names_the_eos(tmp_path, sample_tokenizer):
     assert info.fingerprint != resolve_tokenizer(str(sample_tokenizer)).info.fingerprint  # specials count
 
 
+@pytest.mark.requires("hf")
 def test_transformers_directory_is_converted_to_fast(tmp_path):
     d = tmp_path / "gpt2ish"
     d.mkdir()
@@ -38,6 +39,7 @@ def test_transformers_directory_is_converted_to_fast(tmp_path):
     assert info.eos_id == 3 and info.dtype == "uint16"
 
 
+@pytest.mark.requires("hf")
 def test_hub_id_offline_fails_cleanly(tmp_path):
     (tmp_path / "in.txt").write_text("x\n")
     proc = run_cli("plan", "-i", tmp_path / "in.txt", "-o", tmp_path / "o", "-t", "nobody-here/no-such-model",
