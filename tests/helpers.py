@@ -16,11 +16,12 @@ def run_cli(*args: str | os.PathLike, check: bool | int = True, env: dict | None
 
     In this process by default (``inprocess.run_in_process``: the same exit code and output as a fresh
     process, without its start-up); ``process=True`` runs ``python -m shardprep`` for what needs a process
-    of its own (start-up, signals, the environment before numpy loads).  ``check=True`` asserts exit 0; an
+    of its own (start-up, signals, the environment before numpy loads), and so does a call given ``env``
+    (fsspec's stores and botocore keep what they read of it per process).  ``check=True`` asserts exit 0; an
     int asserts that exit code; False asserts nothing.
     """
     argv = [str(a) for a in args]
-    if process:
+    if process or env:      # an environment of its own: libraries read some of it once per process
         cmd = [sys.executable, "-m", "shardprep", *argv]
         proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **(env or {})},
                               timeout=timeout)

@@ -22,12 +22,20 @@ _SIGNALS = tuple(s for s in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, sign
 
 
 def _forget_clients() -> None:
-    """A fresh process has no S3 client yet: one cached by an earlier call was made from that call's
-    environment (AWS_ENDPOINT_URL, credentials), which a test may have changed since."""
+    """A fresh process has no S3 client and no fsspec file system yet: one cached by an earlier call was
+    made from that call's environment (AWS_ENDPOINT_URL, STORAGE_EMULATOR_HOST, credentials), which a test
+    may have changed since."""
     for name in ("shardprep.storage.s3.client", "shardprep.storage.s3"):
         clients = getattr(sys.modules.get(name), "_CLIENTS", None)
         if isinstance(clients, dict):
             clients.clear()
+    spec = sys.modules.get("fsspec.spec")
+    if spec is not None:
+        todo = [spec.AbstractFileSystem]
+        while todo:
+            cls = todo.pop()
+            cls.clear_instance_cache()
+            todo.extend(cls.__subclasses__())
 
 
 @contextlib.contextmanager
