@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from shardprep.errors import EXIT_REQUEUE, Preempted, ShardprepError
+from shardprep.job.resources import describe_exit
 
 log = logging.getLogger(__name__)
 
@@ -229,18 +230,6 @@ def _signal(pid: int, signum: int) -> None:
         os.kill(pid, signum)
     except ProcessLookupError:
         pass
-
-
-def describe_exit(exitcode: int | None) -> str:
-    """How a process ended, for a message: 'killed by SIGKILL', 'exited with code 3', 'still running'."""
-    if exitcode is None:
-        return "still running"
-    if exitcode < 0:
-        try:
-            return f"killed by {signal.Signals(-exitcode).name}"
-        except ValueError:
-            return f"killed by signal {-exitcode}"
-    return f"exited with code {exitcode}"
 
 
 def describe_deaths(processes: list[Any], running: dict[int, int]) -> str:

@@ -14,10 +14,12 @@ import re
 from pathlib import Path
 
 from shardprep.errors import EXIT_INPUT
+from shardprep.job import logs
 
-# How a task that stopped on a signal at a safe point ends its log (job/encode.py's ``StopFlag.check``, logged as
-# its failure): Ctrl-C in a local ``submit``, a Slurm pre-timeout signal or scancel.  Nothing to fix.
-_STOPPED_RE = re.compile(r"^task \d+ stopped on \w+ at a safe point")
+# How a task that stopped on a signal at a safe point ends its log (``logs.STOPPED``, raised by job/encode.py's
+# ``StopFlag.check`` and logged as its failure): Ctrl-C in a local ``submit``, a Slurm pre-timeout signal or
+# scancel.  Nothing to fix.
+_STOPPED_RE = re.compile("^" + re.escape(logs.STOPPED).replace("%d", r"\d+").replace("%s", r".+?"))
 
 
 def resume_command(output: Path | str) -> str:

@@ -157,8 +157,7 @@ class StopFlag:
     def check(self, task: int) -> None:
         """Raise ``Preempted`` when set (the task then drops its temporary shard and exits 75)."""
         if self:
-            raise Preempted(f"task {task} stopped on {self.signal_name or 'a signal'} at a safe point; "
-                            f"temporary shard removed, safe to requeue")
+            raise Preempted(logs.STOPPED % (task, self.signal_name or "a signal"))
 
 
 @dataclass(frozen=True)

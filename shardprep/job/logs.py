@@ -45,6 +45,7 @@ PROGRESS = "task %d progress: %d of %d input bytes read"  # while it encodes, ev
 BACKEND = "task %d: backend %s"      # what encodes (logged again once checked); not a start
 DONE = "task %d done: %d documents, %d tokens, %d bytes, %d skipped, %.1fs"
 FAILED = "task %d failed: %s"
+STOPPED = "task %d stopped on %s at a safe point; temporary shard removed, safe to requeue"   # a FAILED reason
 REMOTE_READS = "task %d: remote inputs: %d request(s), %d of them retries after transient errors, %d bytes"
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 

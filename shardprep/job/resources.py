@@ -1,10 +1,12 @@
 """What this process may really use: CPUs (Slurm allocation / affinity, not ``os.cpu_count()``) and
-peak memory.  One place, so the task, the local executor and ``doctor`` agree."""
+peak memory; and how a child process ended, in words.  One place, so the task, the local executor and
+``doctor`` agree."""
 
 from __future__ import annotations
 
 import os
 import resource
+import signal
 import sys
 from typing import MutableMapping
 
@@ -86,3 +88,15 @@ def keep_freed_memory() -> bool:
         return bool(libc.mallopt(_M_MMAP_THRESHOLD, 32 << 20)) and bool(libc.mallopt(_M_TRIM_THRESHOLD, 1 << 30))
     except (OSError, AttributeError):
         return False
+
+
+def describe_exit(exitcode: int | None) -> str:
+    """How a process ended, for a message: 'killed by SIGKILL', 'exited with code 3', 'still running'."""
+    if exitcode is None:
+        return "still running"
+    if exitcode < 0:
+        try:
+            return f"killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"killed by signal {-exitcode}"
+    return f"exited with code {exitcode}"

@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import mmap
 import multiprocessing
-import signal
 import time
 from collections import deque
 from multiprocessing.connection import Connection, wait
@@ -28,6 +27,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from shardprep.errors import IncompleteError
+from shardprep.job.resources import describe_exit
 
 STOP_GRACE = 2.0             # seconds the workers have, all together, to leave once told to
 
@@ -138,22 +138,10 @@ class Workers:
         proc = self.procs[k]
         proc.join(timeout=STOP_GRACE)        # its pipe is closed: it is gone or going; its exit says how
         code = proc.exitcode
-        if code is None:
-            how = "closed its pipe"
-        elif code < 0:
-            how = f"was killed by {_signal_name(-code)}"
-        else:
-            how = f"exited with code {code}"
+        how = "closed its pipe" if code is None else f"was {describe_exit(code)}" if code < 0 else describe_exit(code)
         return IncompleteError(f"task {self.task} (encoding worker pid {proc.pid}) {how}; its temporary shard "
                                f"was removed", hint="if the kernel's OOM killer did it (dmesg), give the task "
                                "more memory or fewer --threads, then rerun the task (`shardprep submit --resume`)")
-
-
-def _signal_name(signum: int) -> str:
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return f"signal {signum}"
 
 
 def stop_processes(procs: Sequence[Any], grace: float) -> None:
