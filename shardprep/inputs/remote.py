@@ -79,9 +79,9 @@ def _hidden(url: str, root: str) -> bool:
 
 def _shown(infos: list[ObjectInfo], root: str) -> list[ObjectInfo]:
     """``infos`` without the hidden names below ``root``.  A hidden key that ``stage`` would also refuse
-    (``raw/../x.txt``, ``raw/./y.txt``: not a dot-file but a path trick; ``staging.keys.key_problem``, the
+    (``raw/../x.txt``, ``raw/./y.txt``: not a dot-file but a path trick; ``storage.keys.key_problem``, the
     same test) is named in a warning with the count, never left out without a word."""
-    from shardprep.staging.keys import key_problem
+    from shardprep.storage.keys import key_problem
 
     shown, unsafe = [], []
     for info in infos:

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from shardprep.errors import ConfigError, InputDataError
-from shardprep.staging import keys as keymod
 from shardprep.staging.manifest import RemoteObject, VerifiedJournal, list_prefix, matches_filters
+from shardprep.storage import keys as keymod
 from shardprep.storage.s3.client import parse_s3_url, transfer_error
 
 if TYPE_CHECKING:

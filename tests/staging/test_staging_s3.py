@@ -29,10 +29,10 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "fixtures"))
 from fake_lfs import install as install_fake_lfs  # noqa: E402
 from s3_server import FaultProxy, aws_env, make_bucket, s3_client  # noqa: E402
 
-from shardprep.staging import keys as keymod  # noqa: E402
 from shardprep.staging.integrity import VerificationFailed, infer_part_size, multipart_etag, verify_download  # noqa: E402
 from shardprep.staging.manifest import matches_filters  # noqa: E402
 from shardprep.staging.s5cmd import find_binary as find_s5cmd  # noqa: E402
+from shardprep.storage import keys as keymod  # noqa: E402
 
 MIB = 1 << 20
 REPO = Path(__file__).resolve().parents[2]
