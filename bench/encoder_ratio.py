@@ -81,6 +81,16 @@ def write_inputs(work: Path, mb: int, name: str, formats: tuple[str, ...]) -> di
     return out
 
 
+def make_files(work: Path, mb: int, count: int, formats: tuple[str, ...] = ()) -> list[Path]:
+    """``count`` txt files of ``mb`` MB (``file00-48mb.txt`` ...), written by one child per CPU at a time:
+    10 GB one after another took minutes of a lent machine's time."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    names = [f"file{k:02d}-{mb}mb" for k in range(count)]
+    with ThreadPoolExecutor(max(1, len(os.sched_getaffinity(0)))) as pool:
+        return [out["txt"] for out in pool.map(lambda n: make_inputs(work, mb, n, formats), names)]
+
+
 # -- children ---------------------------------------------------------------------------------------------
 def raw_child(kind: str, txt: str, limit_mb: int) -> None:
     """(in a child) The raw encoder on ``txt``'s documents, from memory; prints JSON."""
@@ -124,7 +134,8 @@ def _pinned(cores: str, cmd: list[str]) -> list[str]:
 def _env(checkout: Path) -> dict[str, str]:
     """The environment of a child running ``checkout``'s shardprep.  Children also run with ``cwd`` set to
     the checkout: ``python -m`` puts the working directory first on ``sys.path``, ahead of PYTHONPATH."""
-    return {**os.environ, "PYTHONPATH": str(checkout), "RAYON_NUM_THREADS": "1"}
+    path = os.pathsep.join(p for p in (str(checkout), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path, "RAYON_NUM_THREADS": "1"}
 
 
 def run_raw(kind: str, txt: Path, cores: list[int], limit_mb: int = 0) -> dict:
@@ -222,7 +233,7 @@ def single_core(work: Path, task_mb: int, base: Path | None, formats: tuple[str,
 
 def many_cores(work: Path, file_mb: int, counts: list[int], rounds: int) -> list[dict]:
     """N tasks on N cores against N raw encoder processes (wall clock: both fill the same cores)."""
-    files = [make_inputs(work, file_mb, f"file{k:02d}-{file_mb}mb", ())["txt"] for k in range(max(counts))]
+    files = make_files(work, file_mb, max(counts))
     rows = []
     for n in counts:
         best: dict | None = None
@@ -281,7 +292,7 @@ def hf_backend(work: Path, mb: int, rounds: int) -> dict:
 
 def whole_job(work: Path, gb: float, file_mb: int) -> dict:
     n = max(1, round(gb * 1024 / file_mb))
-    files = [make_inputs(work, file_mb, f"file{k:02d}-{file_mb}mb", ("txt",))["txt"] for k in range(n)]
+    files = make_files(work, file_mb, n, ("txt",))
     out = work / "out-job"
     shutil.rmtree(out, ignore_errors=True)
     cmd = [sys.executable, "-m", "shardprep", "submit", "--executor", "local", "-o", str(out), "-t", str(GPT2),
