@@ -20,4 +20,5 @@ if [ -x slurm/dev-cluster.sh ] || [ -f slurm/dev-cluster.sh ]; then
         if [ "${CI:-}" = "true" ]; then exit 1; fi
     fi
 fi
-exec "$PY" -m pytest -q "$@"
+# One pytest worker per CPU (pytest-xdist), each test file on one worker: module fixtures are built once.
+exec "$PY" -m pytest -q -n auto --dist loadfile "$@"

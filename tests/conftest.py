@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,6 +21,12 @@ TESTS = Path(__file__).resolve().parent
 for _path in (TESTS, TESTS / "fixtures"):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
+
+# Tests never reach the Hugging Face hub (nothing may be downloaded at run time): the hub and datasets
+# libraries read these once, at import, so they are set before any test imports them (a test that wants
+# another value runs the CLI in a process of its own, with its own environment).
+for _offline in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+    os.environ.setdefault(_offline, "1")
 
 # Session fixtures shared by several test modules: a real S3 API (moto server), the other object-store
 # emulators (remote_servers.py), the corpus of the remote-input tests and the live Slurm cluster.
@@ -87,6 +94,30 @@ def small_fs(tmp_path) -> Iterator[Path]:
         pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
     yield d
     subprocess.run(["umount", "-l", str(d)], check=False)
+
+
+# Slurm's query tools as they answer where no slurmctld runs, at once (the real ones wait out a 10 s
+# MessageTimeout per call).  Tests outside the live tier get these first on PATH, so what they check does
+# not depend on a cluster running on the machine (the live tier uses the real one).
+SLURM_QUERIES = ("sinfo", "scontrol", "squeue", "sacct")
+
+
+@pytest.fixture(scope="session")
+def slurm_down_tools(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("slurm-down")
+    for tool in SLURM_QUERIES:
+        script = d / tool
+        script.write_text(f"#!/bin/sh\necho '{tool}: error: Unable to contact slurm controller (connect failure)' >&2\n"
+                          "exit 1\n")
+        script.chmod(0o755)
+    return d
+
+
+@pytest.fixture(autouse=True)
+def _no_slurm_controller_outside_live(request, monkeypatch) -> None:
+    if request.node.get_closest_marker("live") is None and all(shutil.which(t) for t in SLURM_QUERIES[:3]):
+        d = request.getfixturevalue("slurm_down_tools")
+        monkeypatch.setenv("PATH", f"{d}{os.pathsep}{os.environ.get('PATH', '')}")
 
 
 # -- tiers and extras ----------------------------------------------------------------------------------------

@@ -24,7 +24,10 @@ _SIGNALS = tuple(s for s in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, sign
 def _forget_clients() -> None:
     """A fresh process has no S3 client and no fsspec file system yet: one cached by an earlier call was
     made from that call's environment (AWS_ENDPOINT_URL, STORAGE_EMULATOR_HOST, credentials), which a test
-    may have changed since."""
+    may have changed since; nor has it learnt that slurmctld is down (a test may have put stand-ins on PATH)."""
+    slurm = sys.modules.get("shardprep.executor.slurm.commands")
+    if slurm is not None:
+        slurm.forget_controller()
     for name in ("shardprep.storage.s3.client", "shardprep.storage.s3"):
         clients = getattr(sys.modules.get(name), "_CLIENTS", None)
         if isinstance(clients, dict):

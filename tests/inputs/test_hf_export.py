@@ -35,7 +35,9 @@ AWKWARD = ["", "   ", None, "two\nlines", "tab\there", "한국어 문장", "emoj
 
 
 def export(*args, check=True):
-    return run_cli("export-hf", *args, "--no-progress", check=check, env=OFFLINE)
+    """In this process: the suite runs offline (conftest sets OFFLINE before datasets is imported)."""
+    assert all(os.environ.get(k) == v for k, v in OFFLINE.items())
+    return run_cli("export-hf", *args, "--no-progress", check=check)
 
 
 def read_jsonl_dir(out: Path) -> list[dict]:

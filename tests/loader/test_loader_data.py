@@ -21,7 +21,7 @@ from shardprep.loader import ShardDataset, make_dataloader
 
 UNEVEN = [3, 250, 40, 600, 12]          # documents per shard: very different shard sizes
 # Where the exactness and resume tests read the dataset: locally and from every remote store's emulator.
-STORES = ["local"] + [pytest.param(b, marks=pytest.mark.slow) for b in REMOTE_BACKENDS]
+STORES = ["local"] + [pytest.param(b, marks=(pytest.mark.slow, pytest.mark.live)) for b in REMOTE_BACKENDS]
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +72,7 @@ def test_doc_mode_unshuffled_is_index_order(uneven, uneven_in):
 
 @pytest.mark.parametrize("uneven_in,world,workers,shuffle",
                          [("local", 1, 0, False), ("local", 3, 2, True), ("local", 2, 3, True)]
-                         + [pytest.param(b, 3, 2, True, marks=pytest.mark.slow) for b in REMOTE_BACKENDS],
+                         + [pytest.param(b, 3, 2, True, marks=(pytest.mark.slow, pytest.mark.live)) for b in REMOTE_BACKENDS],
                          indirect=["uneven_in"])
 def test_pack_rows_are_the_stream_cut_into_rows(uneven, uneven_in, world, workers, shuffle):
     seq, batch = 64, 4

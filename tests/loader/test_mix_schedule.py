@@ -17,6 +17,8 @@ from shardprep.loader.mixstate import Segment
 from shardprep.loader.schedule import MAX_PERIOD, Schedule, prefix_bound, quotas, window_bound
 
 FAST = settings(max_examples=150, deadline=None)
+# Each example builds whole schedules (~60 ms): fewer examples where the body does that more than once.
+BUILDS = settings(max_examples=50, deadline=None)
 
 weights_st = st.lists(st.floats(min_value=0.05, max_value=50, allow_nan=False, allow_infinity=False),
                       min_size=1, max_size=7)
@@ -77,7 +79,7 @@ def test_every_prefix_and_every_window_is_within_the_bound(qs, seed, periods):
     assert all(counts[i][period] == q for i, q in enumerate(sched.quotas))     # each period is exact
 
 
-@FAST
+@BUILDS
 @given(weights_st, st.integers(0, 2**31), st.lists(st.integers(0, 10**12), min_size=1, max_size=20))
 def test_schedule_is_a_pure_function_of_seed_weights_and_position(weights, seed, positions):
     a, b = Schedule(quotas(weights), seed=seed), Schedule(quotas(list(weights)), seed=seed)
@@ -91,7 +93,7 @@ def test_schedule_is_a_pure_function_of_seed_weights_and_position(weights, seed,
         assert a.draws(p + 1)[s] == d + 1
 
 
-@FAST
+@BUILDS
 @given(weights_st, st.integers(0, 2**31), st.integers(0, 10**9), st.integers(1, 3000))
 def test_far_windows_keep_the_bound(weights, seed, start, width):
     """Windows deep into a long run (positions up to 1e9): counts from ``draws`` only."""

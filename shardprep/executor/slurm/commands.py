@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -22,15 +23,49 @@ log = logging.getLogger(__name__)
 TIMEOUT_S = 60
 
 
+# What a Slurm tool prints when slurmctld cannot be reached; each such call waits out Slurm's MessageTimeout
+# (10 s by default), so a command that asks three tools (a --dry-run: scontrol, sinfo twice) would wait
+# 30 s to learn it once.
+UNREACHABLE = "Unable to contact slurm controller"
+REMEMBER_UNREACHABLE_S = 60.0
+
+
+@dataclass
+class _Controller:
+    """What this process learnt of slurmctld: the stderr of a call that could not reach it, and until when
+    later calls answer with it at once instead of waiting again (a minute: a long-lived process that
+    imports shardprep asks again after that)."""
+
+    unreachable: str | None = None
+    until: float = 0.0
+
+    def known_down(self) -> str | None:
+        return self.unreachable if time.monotonic() < self.until else None
+
+
+_CONTROLLER = _Controller()
+
+
+def forget_controller() -> None:
+    """Ask slurmctld again on the next call (a cluster started since)."""
+    _CONTROLLER.unreachable, _CONTROLLER.until = None, 0.0
+
+
 def _run(cmd: Sequence[str], *, timeout: float = TIMEOUT_S) -> subprocess.CompletedProcess[str]:
     if shutil.which(cmd[0]) is None:
         raise EnvironmentProblem(f"{cmd[0]} not found on PATH",
                                  hint="run on a Slurm login node, or use --executor local")
+    down = _CONTROLLER.known_down()
+    if down is not None and list(cmd[1:]) != ["--version"]:      # --version never asks the controller
+        return subprocess.CompletedProcess(list(cmd), 1, "", down)
     try:
-        return subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         raise EnvironmentProblem(f"{' '.join(cmd)} did not answer within {timeout:.0f} s "
                                  "(is slurmctld up?)") from None
+    if proc.returncode != 0 and UNREACHABLE in (proc.stderr or ""):
+        _CONTROLLER.unreachable, _CONTROLLER.until = proc.stderr, time.monotonic() + REMEMBER_UNREACHABLE_S
+    return proc
 
 
 def run_checked(cmd: Sequence[str]) -> str:
