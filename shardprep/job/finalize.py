@@ -15,7 +15,7 @@ from shardprep.job.advice import replan_advice
 from shardprep.job.plan_files import check_task_count
 from shardprep.job.schema import CREATED_BY, Job
 from shardprep.job.state import format_array_ranges, job_state, load_job
-from shardprep.shard.format import FORMAT_VERSION, INDEX_FILE, JOB_FILE
+from shardprep.shard.format import INDEX_FILE, JOB_FILE, format_version
 from shardprep.shard.index import Index, IndexContractError, IndexShard, IndexTokenizer, IndexTotals
 from shardprep.storage.atomic import write_json_atomic
 from shardprep.storage.locations import join
@@ -39,9 +39,10 @@ def build_index(output: Path) -> Index:
         )
     shards = []
     skipped: dict[str, int] = {}
+    version = format_version(job.options.chat is not None)
     for t in range(state.n_tasks):
         sc = state.done[t]
-        if sc.tokenizer_fingerprint != job.tokenizer.fingerprint or sc.format_version != FORMAT_VERSION:
+        if sc.tokenizer_fingerprint != job.tokenizer.fingerprint or sc.format_version != version:
             raise IncompleteError(f"{sc.shard}: written with another tokenizer or format version")
         shards.append(IndexShard.holding(sc, name=sc.shard, sidecar=sc.shard.removesuffix(".tar") + ".json"))
         for reason, n in sc.skipped:
@@ -53,11 +54,13 @@ def build_index(output: Path) -> Index:
             hint="check --text-field / --txt-mode and the input files (the sidecars' skipped_examples); "
                  + replan_advice(output),
         )
+    trained = sum(state.done[t].trained_tokens or 0 for t in range(state.n_tasks)) if job.options.chat else None
     return Index(
-        format_version=FORMAT_VERSION, created_by=CREATED_BY, plan_fingerprint=job.fingerprint,
+        format_version=version, created_by=CREATED_BY, plan_fingerprint=job.fingerprint,
         tokenizer_fingerprint=job.tokenizer.fingerprint, tokenizer=index_tokenizer(job),
         layout=job.options.layout, dtype=job.tokenizer.dtype, shards=tuple(shards),
-        totals=IndexTotals(len(shards), totals.samples, totals.documents, totals.tokens, totals.bytes, skipped),
+        totals=IndexTotals(len(shards), totals.samples, totals.documents, totals.tokens, totals.bytes, skipped,
+                           trained),
     )
 
 

@@ -7,20 +7,45 @@ Errors name the option (as spelled on the command line), the value and what is a
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from shardprep.errors import ConfigError
-from shardprep.records import Record
+from shardprep.records import OMIT_NONE, Record
 from shardprep.shard.format import DEFAULT_CHUNK_TOKENS, LAYOUTS
 
 TXT_MODES = ("line", "paragraph")
+TRAIN_ON = ("assistant", "all", "last")    # chat: which tokens carry a label (docs/chat.md)
 BACKENDS = ("auto", "hf", "gigatoken")
 
 
 def _require(cond: bool, option: str, value: Any, allowed: str) -> None:
     if not cond:
         raise ConfigError(f"{option}={value!r} is invalid: {allowed}")
+
+
+@dataclass(frozen=True)
+class ChatOptions(Record):
+    """Chat/SFT data (``--chat``): where the conversation is, the template that renders it (frozen beside
+    the plan as ``chat_template.jinja``; its digest here, so a changed one is a different plan) and which
+    tokens are trained."""
+
+    template_sha256: str
+    template_origin: str                   # where the template came from (for people; not compared)
+    messages_field: str | None = None      # None: the first of messages, conversations, prompt+completion
+    train_on: str = "assistant"            # assistant turns | all tokens | the last assistant turn
+    train_thinking: bool = True            # thinking (<think>...</think>) inside trained turns
+
+    def __post_init__(self) -> None:
+        _require(self.train_on in TRAIN_ON, "--train-on", self.train_on, f"one of {TRAIN_ON}")
+        _require(self.messages_field is None or bool(self.messages_field), "--messages-field", self.messages_field,
+                 "must be a non-empty key")
+
+    @classmethod
+    def parse(cls, f: Any) -> "ChatOptions":
+        from shardprep.records import record
+
+        return record(cls, f, defaults=True)
 
 
 @dataclass(frozen=True)
@@ -39,6 +64,7 @@ class TokenizeOptions(Record):
     layout: str = "pack"              # pack (chunks of documents) or doc (one sample per document)
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS
     backend: str = "auto"             # tokenizer backend: auto | hf | gigatoken (ids identical by contract)
+    chat: ChatOptions | None = field(default=None, metadata=OMIT_NONE)   # conversations in, trained ranges out
 
     def __post_init__(self) -> None:
         _require(bool(self.text_field), "--text-field", self.text_field, "must be a non-empty key")
@@ -57,6 +83,8 @@ class TokenizeOptions(Record):
         """The options that determine shard bytes (the backend is excluded: ids are identical by contract)."""
         d = self.to_dict()
         d.pop("backend")
+        if self.chat is not None:       # where the template came from does not change a byte; its digest does
+            d["chat"] = {k: v for k, v in d["chat"].items() if k != "template_origin"}
         return d
 
 

@@ -89,7 +89,7 @@ class LegacyChunkTable(ChunkTable):
     @classmethod
     def scanned(cls, keys: list[str], offsets: list[int], sizes: list[int], counts: list[int]) -> "LegacyChunkTable":
         n = len(keys)
-        return cls(tuple(keys), tuple(offsets), tuple(counts), (1,) * n, (-1,) * n, (0,) * n, tuple(sizes))
+        return cls(tuple(keys), tuple(offsets), tuple(counts), (1,) * n, (-1,) * n, (0,) * n, payload_bytes=tuple(sizes))
 
 
 class LegacyIndex(DatasetIndex):

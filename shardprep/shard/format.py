@@ -5,6 +5,9 @@ from __future__ import annotations
 import re
 
 FORMAT_VERSION = 1          # shards, sidecars, index.json (and the plan fingerprint's body)
+CHAT_FORMAT_VERSION = 2     # the same, with each chunk's trained ranges (chat/SFT data, shard.trained): a reader
+                            # that knows only 1 refuses such a shard instead of training on every token
+FORMAT_VERSIONS = (FORMAT_VERSION, CHAT_FORMAT_VERSION)     # what this shardprep reads
 PLAN_FORMAT_VERSION = 3     # job.json + plan/: 3 = always sealed (issue 31); 2 = per-task records in plan/
                             # (issue 16), sealed only by later releases; 1 had them inline
 JOB_FILE = "job.json"
@@ -23,6 +26,11 @@ DEFAULT_CHUNK_TOKENS = 1 << 18
 DTYPES = {"uint16": "<u2", "uint32": "<u4"}
 EXT_FOR_DTYPE = {"uint16": "u16", "uint32": "u32"}
 DTYPE_FOR_EXT = {v: k for k, v in EXT_FOR_DTYPE.items()}
+
+
+def format_version(chat: bool) -> int:
+    """The format version of a job's shards, sidecars and index: 2 for chat data, else 1 (unchanged bytes)."""
+    return CHAT_FORMAT_VERSION if chat else FORMAT_VERSION
 
 
 def shard_name(task: int) -> str:

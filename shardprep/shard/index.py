@@ -11,8 +11,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from shardprep.errors import IncompleteError, InputDataError
-from shardprep.records import Fields, Record, load_json, record
-from shardprep.shard.format import DTYPES, FORMAT_VERSION, INDEX_FILE, LAYOUTS, shard_name, sidecar_name
+from shardprep.records import OMIT_NONE, Fields, Record, load_json, record
+from shardprep.shard.format import (
+    CHAT_FORMAT_VERSION,
+    DTYPES,
+    FORMAT_VERSIONS,
+    INDEX_FILE,
+    LAYOUTS,
+    shard_name,
+    sidecar_name,
+)
 from shardprep.shard.sidecar import TOTALS, ShardTotals
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -59,6 +67,7 @@ class IndexTotals(Record):
     tokens: int
     bytes: int
     skipped: dict[str, int] = field(default_factory=dict)
+    trained_tokens: int | None = field(default=None, metadata=OMIT_NONE)    # chat data: tokens with a label
 
 
 @dataclass(frozen=True)
@@ -78,13 +87,14 @@ class Index(Record):
         """The record in ``data``; with ``check`` (every reader but ``repair``, which rebuilds a broken one)
         also its contract (``contract_problems``): ``IndexContractError`` naming the first problem."""
         f = load_json(data, str(where), "index")
-        version = f.version("format_version", FORMAT_VERSION, hint="use the shardprep release that wrote it")
+        version = f.version("format_version", FORMAT_VERSIONS, hint="use the shardprep release that wrote it")
         shards = tuple(IndexShard.parse(o) for o in f.objects("shards"))
         if not shards:
             f.fail("shards", "lists no shards")
         t = f.obj_at("totals")
         totals = IndexTotals(t.int("shards"), t.int("samples"), t.int("documents"), t.int("tokens"), t.int("bytes"),
-                             t.counts("skipped"))
+                             t.counts("skipped"),
+                             t.int("trained_tokens", minimum=0) if t.has("trained_tokens") else None)
         index = cls(
             format_version=version, created_by=f.str("created_by"), plan_fingerprint=f.str("plan_fingerprint"),
             tokenizer_fingerprint=f.str("tokenizer_fingerprint"),
@@ -95,6 +105,11 @@ class Index(Record):
         if check:
             index.check(where)
         return index
+
+    @property
+    def chat(self) -> bool:
+        """Chat/SFT data: every chunk carries its trained ranges (format 2)."""
+        return self.format_version == CHAT_FORMAT_VERSION
 
     def check(self, where: str | Path) -> None:
         """Refuse an index that contradicts itself (``IndexContractError``, exit 5, naming the first problem)."""
@@ -124,6 +139,9 @@ class Index(Record):
         problems = [f"field 'totals.{key}': is {getattr(self.totals, key)} but the shards add up to {total}"
                     for key in ("samples", "documents", "tokens", "bytes")
                     if (total := sum(getattr(s, key) for s in self.shards)) != getattr(self.totals, key)]
+        if (self.totals.trained_tokens is not None) != self.chat:
+            problems.append(f"field 'totals.trained_tokens': {'missing in' if self.chat else 'present in'} an index "
+                            f"of format {self.format_version} (chat data is format 2 and counts its trained tokens)")
         tok = self.tokenizer
         if tok.dtype != self.dtype:
             problems.append(f"field 'tokenizer.dtype': is {tok.dtype} but 'dtype' is {self.dtype}")

@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 
+from shardprep.shard import trained as trained_member
 from shardprep.shard.format import DTYPE_FOR_EXT, DTYPES
+from shardprep.shard.trained import Trained
 
 if TYPE_CHECKING:  # pragma: no cover - types only: reading a shard needs neither records nor stores
     from shardprep.shard.sidecar import Chunk, Sidecar
@@ -36,6 +38,15 @@ def read_doclens(src: ByteSource, chunk: Chunk) -> np.ndarray:
         return np.array([chunk.tokens], dtype=np.int64)
     ldt = np.dtype(f"<u{chunk.doclens_itemsize}")
     return np.frombuffer(src.read(chunk.doclens_offset, chunk.docs * ldt.itemsize), dtype=ldt).astype(np.int64)
+
+
+def read_trained(src: ByteSource, chunk: Chunk, lengths: np.ndarray) -> Trained | None:
+    """A chat sample's trained ranges (one ranged read; checked against ``lengths``), None elsewhere;
+    ``ValueError`` naming the document when the member is not well formed."""
+    if not chunk.trained_itemsize:
+        return None
+    data = src.read(chunk.trained_offset, chunk.trained_itemsize * (chunk.docs + 2 * chunk.trained_ranges))
+    return trained_member.decode(data, chunk.trained_itemsize, lengths)
 
 
 def split_docs(tokens: np.ndarray, lens: np.ndarray) -> list[np.ndarray]:
@@ -63,6 +74,8 @@ class ParsedSample:
     doclens: np.ndarray | None      # None in the doc layout (no doclens member)
     tokens_offset: int
     doclens_offset: int
+    trained: Trained | None = None  # a chat sample's trained ranges (checked against its documents)
+    trained_offset: int = -1
 
     @property
     def lengths(self) -> np.ndarray:
@@ -87,7 +100,7 @@ def walk_tar(path: str | Path, stream: io.BufferedIOBase | None = None) -> Itera
                 raise ValueError(f"{path}: unexpected tar entry {member.name!r} (not a regular file)")
             key, _, ext = member.name.partition(".")
             kind, _, type_ext = ext.partition(".")
-            if kind not in ("tokens", "doclens") or type_ext not in ("u16", "u32"):
+            if kind not in ("tokens", "doclens", "trained") or type_ext not in ("u16", "u32"):
                 raise ValueError(f"{path}: unexpected member {member.name!r}")
             f = tf.extractfile(member)
             assert f is not None
@@ -100,7 +113,15 @@ def walk_tar(path: str | Path, stream: io.BufferedIOBase | None = None) -> Itera
                 current = {"key": key, "tokens": None, "doclens": None, "tokens_offset": -1, "doclens_offset": -1}
             if kind == "tokens":
                 current["tokens"], current["tokens_offset"] = arr, member.offset_data
-            else:
+            elif kind == "doclens":
                 current["doclens"], current["doclens_offset"] = arr.astype(np.int64), member.offset_data
+            else:
+                if current["doclens"] is None:
+                    raise ValueError(f"{path}: {member.name!r} comes before its sample's doclens")
+                try:
+                    current["trained"] = trained_member.decode(data, arr.itemsize, current["doclens"])
+                except ValueError as e:
+                    raise ValueError(f"{path}: {member.name!r}: {e}") from None
+                current["trained_offset"] = member.offset_data
         if current is not None:
             yield ParsedSample(**current)

@@ -13,14 +13,15 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Iterator, TypeVar
 
-from shardprep.records import PRINTABLE, PRINTABLES, Fields, Record, load_json, record
-from shardprep.shard.format import DTYPES, LAYOUTS
+from shardprep.records import OMIT_NONE, PRINTABLE, PRINTABLES, Fields, Record, load_json, record
+from shardprep.shard.format import DTYPES, FORMAT_VERSIONS, LAYOUTS, format_version
 from shardprep.shard.provenance import BackendRecord, SkipExample, TaskStats
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
 
 CHUNK_COLUMNS = ("key", "tokens_offset", "tokens", "docs", "doclens_offset", "doclens_itemsize")
+CHAT_COLUMNS = ("trained_offset", "trained_itemsize", "trained_ranges")      # chat shards only (format 2)
 TOTALS = ("bytes", "sha256", "samples", "documents", "tokens")
 R = TypeVar("R", bound="ShardTotals")
 
@@ -67,6 +68,9 @@ class Chunk:
     docs: int
     doclens_offset: int      # -1 in the doc layout (no doclens member)
     doclens_itemsize: int    # 2 or 4; 0 in the doc layout
+    trained_offset: int = -1     # chat shards: the trained ranges member (shard.trained); -1 elsewhere
+    trained_itemsize: int = 0    # 2 or 4 in a chat shard, else 0
+    trained_ranges: int = 0      # ranges in the member (its size: itemsize x (docs + 2 x ranges))
 
 
 @dataclass(frozen=True)
@@ -79,28 +83,39 @@ class ChunkTable(Record):
     docs: tuple[int, ...] = ()
     doclens_offset: tuple[int, ...] = ()
     doclens_itemsize: tuple[int, ...] = ()
+    trained_offset: tuple[int, ...] | None = field(default=None, metadata=OMIT_NONE)     # chat shards only
+    trained_itemsize: tuple[int, ...] | None = field(default=None, metadata=OMIT_NONE)
+    trained_ranges: tuple[int, ...] | None = field(default=None, metadata=OMIT_NONE)
 
     def __len__(self) -> int:
         return len(self.key)
 
+    @property
+    def chat(self) -> bool:
+        """Whether the chunks carry trained ranges (a chat shard)."""
+        return self.trained_offset is not None
+
     def chunk(self, i: int) -> Chunk:
+        extra = tuple(getattr(self, c)[i] for c in CHAT_COLUMNS) if self.chat else ()
         return Chunk(i, self.key[i], self.tokens_offset[i], self.tokens[i], self.docs[i], self.doclens_offset[i],
-                     self.doclens_itemsize[i])
+                     self.doclens_itemsize[i], *extra)
 
     def chunks(self) -> Iterator[Chunk]:
         return (self.chunk(i) for i in range(len(self)))
 
     @classmethod
-    def from_rows(cls, rows: list[tuple[str, int, int, int, int, int]]) -> "ChunkTable":
-        """Build from ``(key, tokens_offset, tokens, docs, doclens_offset, doclens_itemsize)`` rows."""
+    def from_rows(cls, rows: list[tuple[Any, ...]], *, chat: bool = False) -> "ChunkTable":
+        """Build from ``(key, tokens_offset, tokens, docs, doclens_offset, doclens_itemsize)`` rows, with
+        ``(trained_offset, trained_itemsize, trained_ranges)`` after them in a chat shard."""
         if not rows:
-            return cls()
+            return cls(trained_offset=(), trained_itemsize=(), trained_ranges=()) if chat else cls()
         return cls(*(tuple(col) for col in zip(*rows)))
 
     @classmethod
     def parse(cls, f: Fields) -> "ChunkTable":
-        table = cls(f.strs("key"), *(f.ints(name) for name in CHUNK_COLUMNS[1:]))
-        for name in CHUNK_COLUMNS[1:]:
+        columns = CHUNK_COLUMNS[1:] + (CHAT_COLUMNS if f.has(CHAT_COLUMNS[0]) else ())
+        table = cls(f.strs("key"), *(f.ints(name) for name in columns))
+        for name in columns:
             if len(getattr(table, name)) != len(table.key):
                 f.fail(name, f"has {len(getattr(table, name))} entries but 'key' has {len(table.key)}")
         return table
@@ -151,6 +166,7 @@ class SidecarSummary(ShardTotals):
     tokenizer_fingerprint: str
     skipped: tuple[tuple[str, int], ...]
     elapsed_s: float | None
+    trained_tokens: int | None = None      # chat shards
 
     @property
     def skipped_total(self) -> int:
@@ -163,7 +179,7 @@ class Sidecar(ShardTotals):
 
     JSON_KEYS: ClassVar[tuple[str, ...]] = (
         "format_version", "created_by", "task", "shard", "plan_fingerprint", "tokenizer_fingerprint", "layout",
-        "dtype", *TOTALS, "chunks", "skipped", "skipped_examples", "warnings", "inputs", "backend", "stats")
+        "dtype", *TOTALS, "trained_tokens", "chunks", "skipped", "skipped_examples", "warnings", "inputs", "backend", "stats")
 
     format_version: int
     created_by: str
@@ -174,6 +190,7 @@ class Sidecar(ShardTotals):
     layout: str
     dtype: str
     chunks: ChunkTable
+    trained_tokens: int | None = field(default=None, metadata=OMIT_NONE)    # chat shards: tokens with a label
     skipped: dict[str, int] = field(default_factory=dict)
     skipped_examples: tuple[SkipExample, ...] = ()        # informational: the first few skipped documents
     # inputs that look binary or mis-encoded (inputs.health); written when any
@@ -193,7 +210,8 @@ class Sidecar(ShardTotals):
     def summary(self) -> SidecarSummary:
         return SidecarSummary.holding(self, task=self.task, shard=self.shard, format_version=self.format_version,
                                       tokenizer_fingerprint=self.tokenizer_fingerprint,
-                                      skipped=tuple(self.skipped.items()), elapsed_s=self.elapsed_s)
+                                      skipped=tuple(self.skipped.items()), elapsed_s=self.elapsed_s,
+                                      trained_tokens=self.trained_tokens)
 
     @classmethod
     def parse(cls, data: builtins.bytes, where: str | Path) -> "Sidecar":  # (``bytes`` is a field here)
@@ -201,10 +219,13 @@ class Sidecar(ShardTotals):
         table = ChunkTable.parse(f.obj_at("chunks"))
         sidecar = cls.holding(
             ShardTotals.parse_totals(f),
-            format_version=f.int("format_version"), created_by=f.str("created_by"), task=f.int("task", minimum=0),
+            format_version=f.version("format_version", FORMAT_VERSIONS, hint="use the shardprep release that wrote it"),
+            created_by=f.str("created_by"), task=f.int("task", minimum=0),
             shard=f.str("shard"), plan_fingerprint=f.str("plan_fingerprint"),
             tokenizer_fingerprint=f.str("tokenizer_fingerprint"), layout=f.str("layout", choices=LAYOUTS),
-            dtype=f.str("dtype", choices=tuple(DTYPES)), chunks=table, skipped=f.counts("skipped"),
+            dtype=f.str("dtype", choices=tuple(DTYPES)), chunks=table,
+            trained_tokens=f.int("trained_tokens", minimum=0) if f.has("trained_tokens") else None,
+            skipped=f.counts("skipped"),
             skipped_examples=tuple(record(SkipExample, o, defaults=True) for o in f.objects("skipped_examples")),
             warnings=f.strs("warnings") if f.has("warnings") else (),
             inputs=tuple(_sidecar_input(o) for o in f.objects("inputs")),
@@ -227,3 +248,10 @@ def _check_totals(f: Fields, s: Sidecar) -> None:
         f.fail("chunks.tokens", f"adds up to {sum(s.chunks.tokens)} but tokens is {s.tokens}")
     if sum(s.chunks.docs) != s.documents:
         f.fail("chunks.docs", f"adds up to {sum(s.chunks.docs)} but documents is {s.documents}")
+    chat = s.chunks.chat
+    if s.format_version != format_version(chat) or (s.trained_tokens is not None) != chat:
+        f.fail("format_version", f"{s.format_version} with{'' if chat else 'out'} trained ranges in the chunk table "
+                                 f"and{'' if s.trained_tokens is not None else ' no'} trained_tokens: a chat shard is "
+                                 "format 2 with both, any other format 1 with neither")
+    if s.trained_tokens is not None and s.trained_tokens > s.tokens:
+        f.fail("trained_tokens", f"is {s.trained_tokens}, more than the shard's {s.tokens} tokens")

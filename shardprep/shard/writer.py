@@ -15,8 +15,10 @@ from types import TracebackType
 
 import numpy as np
 
+from shardprep.shard import trained as trained_member
 from shardprep.shard.format import DTYPES, EXT_FOR_DTYPE, LAYOUTS, sample_key
 from shardprep.shard.sidecar import ChunkTable, ShardTotals
+from shardprep.shard.trained import Trained
 from shardprep.storage.atomic import AtomicFile, HashingWriter, no_space_error, start_writeback
 
 _BLOCK = 512
@@ -46,12 +48,18 @@ class ShardWriter:
     """Write documents (token arrays, BOS/EOS already applied) into ``path``.
 
     Data goes to a hidden temporary file; :meth:`close` fsyncs and renames it to ``path``.
-    :meth:`abort` (or an exception inside ``with``) removes the temporary file.
+    :meth:`abort` (or an exception inside ``with``) removes the temporary file.  A ``chat`` shard also
+    stores each chunk's trained token ranges (``shard.trained``), passed with every batch.
     """
 
-    def __init__(self, path: Path, *, task: int, layout: str, dtype: str, chunk_tokens: int):
+    def __init__(self, path: Path, *, task: int, layout: str, dtype: str, chunk_tokens: int, chat: bool = False):
         if layout not in LAYOUTS:
             raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+        if chat and layout != "pack":
+            raise ValueError("chat shards use the pack layout (their trained ranges are stored per chunk)")
+        self.chat = chat
+        self._pending_trained: list[Trained] = []
+        self.trained_tokens = 0
         self.path = Path(path)
         self.task = task
         self.layout = layout
@@ -62,7 +70,7 @@ class ShardWriter:
         self._file = self._atomic.file
         self._out = HashingWriter(self._file)
         self._written_back = 0   # bytes handed to start_writeback so far
-        self._rows: list[tuple[str, int, int, int, int, int]] = []   # the chunk table, one row per sample
+        self._rows: list[tuple[int | str, ...]] = []   # the chunk table, one row per sample
         self._pending_tokens: list[np.ndarray] = []
         self._pending_lens: list[np.ndarray] = []
         self._pending_count = 0
@@ -71,8 +79,11 @@ class ShardWriter:
         self._closed = False
 
     # -- public -------------------------------------------------------------------------------------
-    def add(self, flat_ids: np.ndarray, lengths: np.ndarray) -> None:
-        """Add a batch of documents: ``flat_ids`` concatenated, ``lengths`` per document (sum matches)."""
+    def add(self, flat_ids: np.ndarray, lengths: np.ndarray, trained: Trained | None = None) -> None:
+        """Add a batch of documents: ``flat_ids`` concatenated, ``lengths`` per document (sum matches), and in
+        a chat shard their ``trained`` ranges (one entry per document)."""
+        if (trained is not None) != self.chat:
+            raise ValueError("a chat shard takes trained ranges with every batch, any other shard none")
         if len(lengths) == 0:
             return
         ids = narrow_ids(flat_ids, self.dtype_name)
@@ -97,6 +108,8 @@ class ShardWriter:
             stop_tok = int(ends[stop_doc - 1])
             self._pending_tokens.append(ids[start_tok:stop_tok])
             self._pending_lens.append(lengths[start_doc:stop_doc])
+            if trained is not None:
+                self._pending_trained.append(trained.docs(start_doc, stop_doc))
             self._pending_count += stop_tok - start_tok
             start_doc, start_tok = stop_doc, stop_tok
             if self._pending_count >= self.chunk_tokens:
@@ -107,6 +120,7 @@ class ShardWriter:
         views into them until then), so the caller may reuse their memory."""
         self._pending_tokens = [np.array(t) if t.base is not None else t for t in self._pending_tokens]
         self._pending_lens = [np.array(n) if n.base is not None else n for n in self._pending_lens]
+        self._pending_trained = [Trained(np.array(t.counts), np.array(t.ranges)) for t in self._pending_trained]
 
     def close(self) -> ShardResult:
         """Flush, terminate the tar, fsync, rename to the final name; return what was written."""
@@ -122,7 +136,7 @@ class ShardWriter:
             samples=len(self._rows),
             documents=self.documents,
             tokens=self.tokens,
-            chunks=ChunkTable.from_rows(self._rows),
+            chunks=ChunkTable.from_rows(self._rows, chat=self.chat),
         )
 
     def abort(self) -> None:
@@ -176,7 +190,14 @@ class ShardWriter:
         len_off = self._member(
             f"{key}.doclens.u{lens_dtype.itemsize * 8}", lens.astype(lens_dtype).tobytes()
         )
-        self._rows.append((key, tok_off, int(tokens.size), int(lens.size), len_off, lens_dtype.itemsize))
+        row: tuple[int | str, ...] = (key, tok_off, int(tokens.size), int(lens.size), len_off, lens_dtype.itemsize)
+        if self.chat:
+            trained = Trained.concat(self._pending_trained)
+            payload, itemsize = trained_member.encode(trained, lens)
+            row += (self._member(f"{key}.trained.u{itemsize * 8}", payload), itemsize, len(trained.ranges))
+            self.trained_tokens += trained.trained_tokens()
+            self._pending_trained = []
+        self._rows.append(row)
         self.documents += int(lens.size)
         self.tokens += int(tokens.size)
         self._pending_tokens, self._pending_lens, self._pending_count = [], [], 0
