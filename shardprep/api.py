@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from shardprep.inputs.discover import discover_inputs
-from shardprep.inputs.fields import require_text_field
+from shardprep.inputs.fields import require_chat_field, require_text_field
 from shardprep.job.options import PlanOptions, TokenizeOptions
 from shardprep.job.plan import Plan, existing_plan, recorded_storage, require_documents_possible, write_plan
 from shardprep.job.schema import Job
@@ -24,6 +24,9 @@ from shardprep.storage.lock import is_unused_dir, output_lock
 from shardprep.tokenizer.load import resolve_tokenizer
 from shardprep.tokenizer.plan_check import check_at_plan
 
+if TYPE_CHECKING:  # pragma: no cover
+    from shardprep.chat.template import ChatTemplate
+
 log = logging.getLogger(__name__)
 
 PrepareDir = Callable[[Path], "dict[str, Any] | None"]   # see plan_job
@@ -32,7 +35,8 @@ PrepareDir = Callable[[Path], "dict[str, Any] | None"]   # see plan_job
 def plan_job(inputs: Sequence[str | Path], output: str | Path, tokenizer: str | Path,
              options: TokenizeOptions | None = None, plan_options: PlanOptions | None = None, *,
              task_slots: tuple[int, str] | None = None, overwrite: bool = False,
-             prepare_dir: PrepareDir | None = None, storage: StorageOptions | None = None) -> tuple[Plan, Job]:
+             prepare_dir: PrepareDir | None = None, storage: StorageOptions | None = None,
+             chat_template: ChatTemplate | None = None) -> tuple[Plan, Job]:
     """Discover inputs, resolve the tokenizer, split into tasks and freeze job.json in ``output``.
 
     ``prepare_dir(output) -> dict | None`` runs before job.json is written (Lustre striping must be set
@@ -42,24 +46,30 @@ def plan_job(inputs: Sequence[str | Path], output: str | Path, tokenizer: str | 
     ``storage``: how to reach inputs given as URLs (``s3://``, ``gs://`` ...: the S3 connection options; the
     other stores take theirs from the environment): the discovered inputs carry it to every read while
     planning, and job.json records it for the tasks.
-    Returns the plan and the job as written (or as already present, when identical).
+    ``chat_template``: a chat job's template (``options.chat`` set: ``cli.plan.chat_from_args``), frozen
+    beside the tokenizer.  Returns the plan and the job as written (or as already present, when identical).
     Holds the output directory's lock throughout (``storage.lock``: one writer per directory); an output
     path that is a file or cannot be written is a one-line error before any input is read.
     """
     with output_lock(output):
         return _plan_job(inputs, Path(output), tokenizer, options, plan_options, overwrite, prepare_dir, task_slots,
-                         storage)
+                         storage, chat_template)
 
 
 def _plan_job(inputs: Sequence[str | Path], output: Path, tokenizer: str | Path, options: TokenizeOptions | None,
               plan_options: PlanOptions | None, overwrite: bool,
               prepare_dir: PrepareDir | None, task_slots: tuple[int, str] | None = None,
-              storage: StorageOptions | None = None) -> tuple[Plan, Job]:
+              storage: StorageOptions | None = None, chat_template: ChatTemplate | None = None) -> tuple[Plan, Job]:
     options = options or TokenizeOptions()
     plan_options = plan_options or PlanOptions()
+    if (options.chat is None) != (chat_template is None):
+        raise ValueError("a chat job needs its template (and only a chat job has one)")
     found = discover_inputs([str(i) for i in inputs], strict=options.strict, storage=storage)
     require_documents_possible(found)
-    require_text_field(found, options.text_field)       # a sample of each input, before anything is written
+    if options.chat is None:
+        require_text_field(found, options.text_field)   # a sample of each input, before anything is written
+    else:
+        require_chat_field(found, options.chat.messages_field)
     resolved = resolve_tokenizer(str(tokenizer), eos_token=options.eos_token, bos_token=options.bos_token)
     if options.add_eos and resolved.info.eos_id is None:
         from shardprep.errors import TokenizerError
@@ -77,7 +87,7 @@ def _plan_job(inputs: Sequence[str | Path], output: Path, tokenizer: str | Path,
                                   allow_special_tokens=options.allow_special_tokens,
                                   fingerprint=resolved.info.fingerprint,
                                   reference=resolved.reference(options.allow_special_tokens))
-    plan = Plan(found, resolved, options, sizing, backend_check, recorded_storage(found, storage))
+    plan = Plan(found, resolved, options, sizing, backend_check, recorded_storage(found, storage), chat_template)
     lustre: dict[str, Any] | None = None
     if prepare_dir is not None:
         if is_unused_dir(output):      # new: only the lock file in it

@@ -17,8 +17,9 @@ from shardprep.cli._s3 import add_s3_arguments, storage_from_args
 from shardprep.cli.args import count_arg
 from shardprep.errors import IncompleteError, InputDataError, ShardprepError, TokenizerError
 from shardprep.shard.format import TOKENIZER_FILE
-from shardprep.shard.reader import read_chunk, split_docs, walk_tar
+from shardprep.shard.reader import read_chunk, read_trained, split_docs, walk_tar
 from shardprep.shard.sidecar import Sidecar
+from shardprep.shard.trained import Trained
 from shardprep.storage.locations import join, split, store_for
 from shardprep.storage.store import SourceFile, Store
 
@@ -93,9 +94,17 @@ class IdCheck:
             raise IncompleteError(e.args[0], hint=e.hint) from None
 
 
-def _first_documents(store: Store, shard: str, sidecar: Sidecar, n: int, ids: IdCheck) -> list[np.ndarray]:
+Doc = tuple[np.ndarray, "np.ndarray | None"]     # a document's ids, and a chat document's trained mask
+
+
+def _with_masks(tokens: np.ndarray, lens: np.ndarray, trained: Trained | None) -> list[Doc]:
+    masks = split_docs(trained.mask(lens), lens) if trained is not None else [None] * len(lens)
+    return list(zip(split_docs(tokens, lens), masks))
+
+
+def _first_documents(store: Store, shard: str, sidecar: Sidecar, n: int, ids: IdCheck) -> list[Doc]:
     """The first ``n`` documents, each sample read with the chunk table's ranged reads (and its ids checked)."""
-    docs: list[np.ndarray] = []
+    docs: list[Doc] = []
     if n:
         with contextlib.closing(store.open(shard)) as src:
             for chunk in sidecar.chunks.chunks():
@@ -103,13 +112,13 @@ def _first_documents(store: Store, shard: str, sidecar: Sidecar, n: int, ids: Id
                     break
                 tokens, lens = read_chunk(src, chunk, sidecar.dtype)
                 ids(tokens, chunk.key)
-                docs.extend(split_docs(tokens, lens)[: n - len(docs)])
+                docs.extend(_with_masks(tokens, lens, read_trained(src, chunk, lens))[: n - len(docs)])
     return docs
 
 
-def _walk(store: Store, shard: str, size: int, n: int, ids: IdCheck) -> tuple[int, int, int, list[np.ndarray]]:
+def _walk(store: Store, shard: str, size: int, n: int, ids: IdCheck) -> tuple[int, int, int, list[Doc]]:
     """(samples, documents, tokens, the first ``n`` documents) of a shard without a sidecar: its tar walked."""
-    docs: list[np.ndarray] = []
+    docs: list[Doc] = []
     samples = n_docs = n_tokens = 0
     try:
         with contextlib.closing(store.open(shard)) as src:
@@ -119,7 +128,7 @@ def _walk(store: Store, shard: str, size: int, n: int, ids: IdCheck) -> tuple[in
                 n_tokens += int(s.tokens.size)
                 if len(docs) < n:
                     ids(s.tokens, s.key)
-                    docs.extend(s.documents()[: n - len(docs)])
+                    docs.extend(_with_masks(s.tokens, s.lengths, s.trained)[: n - len(docs)])
     except ShardprepError:
         raise
     except Exception as e:
@@ -157,16 +166,37 @@ def print_sidecar(sidecar: Sidecar, size: int, n_tokens: int) -> None:
     itemsize = 2 if sidecar.dtype == "uint16" else 4
     print(f"  layout {sidecar.layout}, dtype {sidecar.dtype}, {size / max(1, n_tokens * itemsize):.3f}x raw "
           f"token bytes, sha256 {sidecar.sha256[:16]}..., backend {sidecar.backend.name}")
+    if sidecar.trained_tokens is not None:
+        print(f"  chat: {sidecar.documents:,} conversations, {sidecar.trained_tokens:,} of {n_tokens:,} tokens trained "
+              f"({sidecar.trained_tokens / max(1, n_tokens):.1%})")
     skipped = {k: v for k, v in sidecar.skipped.items() if v}
     print(f"  skipped: {skipped or 'none'}")
     for ex in sidecar.skipped_examples[:5]:
         print(f"    {ex.reason}: {ex.file}:{ex.line if ex.line is not None else '@' + str(ex.byte)}")
 
 
-def print_documents(docs: list[np.ndarray], tok: Any, max_chars: int) -> None:
-    """Each document decoded with ``tok`` (a ``tokenizers.Tokenizer``), cut at ``max_chars`` characters."""
-    for i, d in enumerate(docs):
-        text = tok.decode(d.tolist(), skip_special_tokens=False)
+TRAINED_OPEN, TRAINED_CLOSE = "\u00ab", "\u00bb"      # around the trained text of a chat document
+
+
+def print_documents(docs: list[Doc], tok: Any, max_chars: int) -> None:
+    """Each document decoded with ``tok`` (a ``tokenizers.Tokenizer``), cut at ``max_chars`` characters; in a
+    chat document the trained text is between \u00ab and \u00bb, the rest (prompts, role headers) is masked."""
+    if any(mask is not None for _, mask in docs):
+        print(f"(chat: trained text between {TRAINED_OPEN} and {TRAINED_CLOSE}; the rest has no label)")
+    for i, (d, mask) in enumerate(docs):
+        text = _decoded(tok, d, mask)
         if len(text) > max_chars:
             text = text[:max_chars] + "..."
-        print(f"--- document {i} ({d.size} tokens)\n{text}")
+        trained = "" if mask is None else f", {int(mask.sum())} trained"
+        print(f"--- document {i} ({d.size} tokens{trained})\n{text}")
+
+
+def _decoded(tok: Any, ids: np.ndarray, mask: np.ndarray | None) -> str:
+    if mask is None:
+        return str(tok.decode(ids.tolist(), skip_special_tokens=False))
+    cuts = np.flatnonzero(np.diff(mask.astype(np.int8))) + 1
+    parts = []
+    for seg, m in zip(np.split(ids, cuts), np.split(mask, cuts)):
+        text = tok.decode(seg.tolist(), skip_special_tokens=False)
+        parts.append(f"{TRAINED_OPEN}{text}{TRAINED_CLOSE}" if m.size and m[0] else text)
+    return "".join(parts)

@@ -5,18 +5,20 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from shardprep.cli._s3 import add_s3_arguments, storage_from_args
 from shardprep.cli.args import add_field, count_arg, from_fields, size_arg, size_text
 from shardprep.errors import ConfigError
-from shardprep.job.options import BACKENDS, TXT_MODES, PlanOptions, TokenizeOptions
+from shardprep.job.options import BACKENDS, TRAIN_ON, TXT_MODES, ChatOptions, PlanOptions, TokenizeOptions
 from shardprep.shard.format import LAYOUTS
 from shardprep.storage.lustre import DEFAULT_SHARD_LAYOUT, StripeLayout, prepare_output_dir
 from shardprep.units import human_bytes
 
 if TYPE_CHECKING:  # pragma: no cover
+    from shardprep.chat.template import ChatTemplate
     from shardprep.job.plan import Plan
     from shardprep.job.schema import Job
 
@@ -118,6 +120,8 @@ def add_plan_arguments(p: argparse.ArgumentParser, *, required: bool = True) -> 
     add_field(g, "--max-doc-bytes", owner=tok, type=size_arg, shown=size_text,
               help="documents longer than this are skipped as too_long (suffixes K, M, G)")
 
+    add_chat_arguments(p)
+
     g = p.add_argument_group("tokens")
     add_field(g, "--eos", dest="add_eos", owner=tok, action=argparse.BooleanOptionalAction,
               help="append the EOS token to every document")
@@ -157,9 +161,59 @@ def plan_from_args(args: argparse.Namespace, task_slots: tuple[int, str] | None 
     if not args.tokenizer:
         raise ConfigError("--tokenizer is required (tokenizer.json, a directory, or a hub id)")
     layout = stripe_layout_from_args(args, default=DEFAULT_SHARD_LAYOUT)
-    return plan_job(args.input, args.output, args.tokenizer, from_fields(TokenizeOptions, args),
+    options, template = chat_from_args(args, from_fields(TokenizeOptions, args))
+    return plan_job(args.input, args.output, args.tokenizer, options,
                     from_fields(PlanOptions, args), task_slots=task_slots, overwrite=args.overwrite,
-                    prepare_dir=lambda out: prepare_output_dir(out, layout), storage=storage_from_args(args))
+                    prepare_dir=lambda out: prepare_output_dir(out, layout), storage=storage_from_args(args),
+                    chat_template=template)
+
+
+def add_chat_arguments(p: argparse.ArgumentParser) -> None:
+    """``--chat`` and its options (docs/chat.md)."""
+    g = p.add_argument_group("chat / SFT data (docs/chat.md)")
+    add_field(g, "--chat", owner=TokenizeOptions, name="chat", dest="chat_data", action="store_const", const=True,
+              help="records hold conversations (messages, ShareGPT conversations, or prompt/completion): "
+                   "render them with the chat template and store which tokens are trained")
+    add_field(g, "--messages-field", owner=ChatOptions, metavar="KEY",
+              help="the field holding the conversation (default: messages, then conversations, then "
+                   "prompt+completion)")
+    g.add_argument("--chat-template", default=None, metavar="FILE",
+                   help="a Jinja chat template (default: the tokenizer's own, from chat_template.jinja or "
+                        "tokenizer_config.json beside tokenizer.json)")
+    g.add_argument("--chat-template-name", default=None, metavar="NAME",
+                   help="which of the tokenizer's named templates (default: 'default')")
+    add_field(g, "--train-on", owner=ChatOptions, choices=TRAIN_ON,
+              help="tokens with a label: every assistant turn and the end-of-turn marker closing it "
+                   "(default), the last assistant turn only, or all tokens")
+    add_field(g, "--train-thinking", owner=ChatOptions, action=argparse.BooleanOptionalAction,
+              help="train the thinking (<think>...</think>) inside trained turns")
+
+
+def chat_from_args(args: argparse.Namespace, options: TokenizeOptions) -> tuple[TokenizeOptions, ChatTemplate | None]:
+    """The options with ``chat`` set when ``--chat`` was given (its template loaded, no BOS/EOS added: the
+    template writes them), and the template to freeze; the chat options without ``--chat`` are refused."""
+    if not args.chat_data:
+        stray = [flag for flag, value in (("--messages-field", args.messages_field),
+                                          ("--chat-template", args.chat_template),
+                                          ("--chat-template-name", args.chat_template_name)) if value is not None]
+        if stray:
+            raise ConfigError(f"{stray[0]} needs --chat")
+        return options, None
+    from shardprep.chat.template import load_chat_template
+    from shardprep.job.chat_plan import chat_options
+
+    tokenizer = Path(args.tokenizer)
+    if not tokenizer.exists() and args.chat_template is None:
+        raise ConfigError(f"--chat with the hub tokenizer {args.tokenizer!r} needs --chat-template FILE",
+                          hint="or save the tokenizer with its tokenizer_config.json and pass its directory")
+    template = load_chat_template(tokenizer if tokenizer.exists() else Path("."), args.chat_template,
+                                  args.chat_template_name)
+    if options.layout != "pack":
+        raise ConfigError("--chat writes the pack layout (a conversation's trained ranges are stored per chunk)",
+                          hint="drop --layout doc")
+    chat = chat_options(template, messages_field=args.messages_field, train_on=args.train_on,
+                        train_thinking=args.train_thinking)
+    return replace(options, chat=chat, add_eos=False, add_bos=False), template
 
 
 def add_stripe_arguments(parser: argparse.ArgumentParser, *, default: StripeLayout = DEFAULT_SHARD_LAYOUT,

@@ -89,7 +89,7 @@ def _ipc_reader(path: str) -> Iterator[Any]:
             raise InputDataError(f"input {path} is not a readable Arrow IPC file: {e}") from None
 
 
-def _batches(path: str) -> Iterator[Any]:
+def record_batches(path: str) -> Iterator[Any]:
     """Record batches of an Arrow IPC file (stream or file format), memory-mapped, one at a time."""
     with _ipc_reader(path) as reader:
         if hasattr(reader, "num_record_batches"):      # the file format
@@ -112,13 +112,13 @@ def column_types(path: str) -> dict[str, Any]:
 
 def count_rows(path: str) -> int:
     """Rows in an Arrow file (reads only batch headers: the data stays memory-mapped, untouched)."""
-    return sum(b.num_rows for b in _batches(path))
+    return sum(b.num_rows for b in record_batches(path))
 
 
 def iter_column_slices(path: str, column: str, start: int = 0, end: int | None = None) -> Iterator[tuple[int, Any]]:
     """(first row, pyarrow array) of ``column`` for rows ``[start, end)``, one record batch slice at a time."""
     row = 0
-    for batch in _batches(path):
+    for batch in record_batches(path):
         if row == 0 and column not in batch.schema.names:
             raise InputDataError(f"{path}: no column {column!r} (columns: {', '.join(batch.schema.names)}); "
                                  f"choose one with --text-field")
@@ -134,7 +134,7 @@ def iter_column_slices(path: str, column: str, start: int = 0, end: int | None =
 def _batch_weights(path: str, column: str) -> list[tuple[int, int]]:
     """(rows, bytes of ``column``) per record batch: what tokenizing a batch costs, roughly."""
     out = []
-    for batch in _batches(path):
+    for batch in record_batches(path):
         names = batch.schema.names
         weight = batch.column(column).nbytes if column in names else batch.nbytes
         out.append((batch.num_rows, max(int(weight), 1) if batch.num_rows else 0))

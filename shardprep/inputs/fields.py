@@ -17,6 +17,7 @@ have no field.
 from __future__ import annotations
 
 import gzip
+import re
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Iterable, Iterator
 
@@ -159,5 +160,43 @@ def require_text_field(inputs: Iterable[InputFile], text_field: str) -> None:
     problems = [p for p in found if p is not None]
     if problems:
         more = f" (and {len(problems) - 1:,} more input(s) like it)" if len(problems) > 1 else ""
-        raise InputDataError(problems[0] + more,
-                             hint="choose the field or column that holds the text with --text-field")
+        seen = problems[0].rpartition("(")[2]              # "keys seen: ..." / "columns: ..."
+        chat = next((f for f in CHAT_FIELDS if re.search(rf"\b{f}\b", seen)), None)
+        hint = (f"these records hold conversations ({chat!r}): add --chat to render them with the chat template "
+                "(docs/chat.md)" if chat else "choose the field or column that holds the text with --text-field")
+        raise InputDataError(problems[0] + more, hint=hint)
+
+
+CHAT_FIELDS = ("messages", "conversations")
+
+
+def chat_problem(inp: InputFile, field: str | None) -> str | None:
+    """Why ``inp`` cannot give conversations (from ``field``; None: any field ``--chat`` knows), or None."""
+    from shardprep.chat.conversations import chat_field_of
+
+    if inp.format == "txt":
+        return f"{inp.path}: a text file holds no records: --chat reads jsonl, parquet or arrow records"
+    if inp.tabular:
+        names = list(column_types(inp))
+    elif inp.size == 0:
+        return None
+    else:
+        head = jsonl_head(inp, None)
+        if head.objects == 0:
+            return None
+        names = list(head.keys)
+    found = (field in names) if field is not None else chat_field_of(names) is not None
+    if found:
+        return None
+    wanted = repr(field) if field is not None else "'messages', 'conversations' or 'prompt' + 'completion'"
+    return f"{inp.path}: no field {wanted} in its records (keys: {', '.join(names) or 'none'})"
+
+
+def require_chat_field(inputs: Iterable[InputFile], field: str | None) -> None:
+    """``--chat``: refuse (exit 3) an input whose records hold no conversation field, naming it."""
+    inputs = list(inputs)
+    problems = [p for p in (chat_problem(i, field) for i in inputs) if p is not None]
+    if problems:
+        more = f" (and {len(problems) - 1:,} more input(s) like it)" if len(problems) > 1 else ""
+        raise InputDataError(problems[0] + more, hint="name the field that holds the conversation with "
+                                                      "--messages-field")

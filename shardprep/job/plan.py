@@ -20,7 +20,7 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import orjson
 
@@ -35,6 +35,7 @@ from shardprep.job.schema import Job, PlanFiles, PlanSummary, TaskItem
 from shardprep.job.sizing import Sizing, balanced_tasks
 from shardprep.records import is_json_text
 from shardprep.shard.format import (
+    CHAT_TEMPLATE_FILE,
     INDEX_FILE,
     JOB_FILE,
     PLAN_DIR,
@@ -49,6 +50,9 @@ from shardprep.storage.locations import StorageOptions, is_url
 from shardprep.storage.nofollow import refuse_link
 from shardprep.tokenizer.load import ResolvedTokenizer
 
+if TYPE_CHECKING:  # pragma: no cover
+    from shardprep.chat.template import ChatTemplate
+
 log = logging.getLogger(__name__)
 
 
@@ -62,6 +66,7 @@ class Plan:
     sizing: Sizing                       # the task size decided once (job.sizing), and why (job.json ``sizing``)
     backend_check: PlanCheck | None = None    # tokenizer.plan_check's record, stored in job.json
     storage: StorageOptions | None = None     # how tasks reach remote inputs (job.json ``storage``)
+    chat_template: ChatTemplate | None = None  # a chat job's template, frozen beside the tokenizer
 
     def iter_tasks(self) -> Iterator[list[WorkItem]]:
         n = balanced_tasks(self.sizing, sum(i.size for i in self.inputs))
@@ -153,7 +158,7 @@ def _differences(output: Path, old: Job, new: Job, plan: Plan) -> list[str]:
 OWNED_DIRS = ("logs", "slurm", "slurm/submitit", PLAN_DIR)
 OWNED_FILES = re.compile("|".join((
     r"shard-\d{5,}\.(tar|json)",                        # shards and sidecars
-    rf"{re.escape(JOB_FILE)}|{re.escape(INDEX_FILE)}|{re.escape(TOKENIZER_FILE)}",
+    rf"{re.escape(JOB_FILE)}|{re.escape(INDEX_FILE)}|{re.escape(TOKENIZER_FILE)}|{re.escape(CHAT_TEMPLATE_FILE)}",
     rf"{re.escape(PLAN_RECORDS_FILE)}|{re.escape(PLAN_TABLE_FILE)}",   # the plan's per-task records
     r"logs/task-\d{5,}\.log",                           # local executor / run-task logs
     r"logs/\d+_\d+\.out|logs/finalize-\d+\.out",         # sbatch array task and finalize logs
@@ -263,6 +268,10 @@ def _commit(output: Path, staging: Path, plan: Plan, job: Job) -> None:
     fsync_dir(output)
     with atomic_writer(output / TOKENIZER_FILE) as f:
         f.write(plan.tokenizer.json.encode("utf-8"))
+    if plan.chat_template is not None:
+        from shardprep.job.chat_plan import freeze_template
+
+        freeze_template(output, plan.chat_template)
     write_json_atomic(output / JOB_FILE, job.to_dict())
 
 

@@ -32,6 +32,7 @@ from shardprep.job.state import load_job
 from shardprep.job.task import run_task
 from shardprep.job.verify import Output, check_shard, open_output
 from shardprep.shard.format import (
+    CHAT_TEMPLATE_FILE,
     INDEX_FILE,
     JOB_FILE,
     PLAN_DIR,
@@ -112,8 +113,9 @@ def _clear_dead_scratch(output: Path) -> None:
 def _scratch(output: Path) -> Path:
     """A hidden directory where tasks run as in ``output`` (links to its plan), writing only there."""
     scratch = fresh_dir(temp_name_for(output / REPAIR_DIR))     # a planted link there: refused (exit 4)
-    for name in (JOB_FILE, TOKENIZER_FILE, PLAN_DIR):
-        os.symlink(os.path.abspath(output / name), scratch / name)
+    for name in (JOB_FILE, TOKENIZER_FILE, PLAN_DIR, CHAT_TEMPLATE_FILE):
+        if name != CHAT_TEMPLATE_FILE or (output / name).exists():      # a chat job's frozen template
+            os.symlink(os.path.abspath(output / name), scratch / name)
     return scratch
 
 

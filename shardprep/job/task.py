@@ -40,7 +40,7 @@ from shardprep.job.plan_files import read_task
 from shardprep.job.resources import keep_freed_memory, peak_rss_bytes, set_tokenizer_threads, usable_cpus
 from shardprep.job.schema import CREATED_BY, Job, Task, TaskItem
 from shardprep.job.state import check_task, load_job, read_frozen_tokenizer
-from shardprep.shard.format import FORMAT_VERSION, LOG_DIR, shard_name, sidecar_name
+from shardprep.shard.format import LOG_DIR, format_version, shard_name, sidecar_name
 from shardprep.shard.provenance import BackendRecord, RemoteReads, TaskStats
 from shardprep.shard.sidecar import Sidecar
 from shardprep.shard.writer import ShardResult, ShardWriter
@@ -180,13 +180,10 @@ def _run(output: Path, job: Job, task: int, stop: StopFlag, progress: ProgressFn
     ctx = _load(output, job, task, threads)
     _remove_stale(output, task, attempted)
     opts = job.options
-    opened = open_backend(opts.backend, ctx.tok_json, allow_special_tokens=opts.allow_special_tokens,
-                          hf_threads=ctx.parallelism.threads)
-    written = _write_shard(ctx, opened, stop, progress)
-    if written.shard is None:               # auto: the candidate's ids differ from hf's; written again with hf
-        hf = Opened(_reference(ctx), opts.backend, candidate=False)
-        again = _write_shard(ctx, hf, stop, progress)
-        written = replace(again, record=written.record, workers_rss=max(written.workers_rss, again.workers_rss))
+    if opts.chat is not None:
+        written = _write_chat_shard(ctx, stop, progress)
+    else:
+        written = _write_text_shard(ctx, stop, progress)
     result, skips = written.shard, written.skips
     assert result is not None, "hf is the reference: it has nothing to fall back from"
     elapsed = time.perf_counter() - ctx.started
@@ -199,6 +196,41 @@ def _run(output: Path, job: Job, task: int, stop: StopFlag, progress: ProgressFn
     log.info(logs.DONE, task, result.documents,
              result.tokens, result.bytes, skips.total, elapsed)
     return TaskResult(task, False, result.documents, result.tokens, sidecar)
+
+
+def _write_text_shard(ctx: _Context, stop: StopFlag, progress: ProgressFn | None) -> Written:
+    """Steps 3-4 for text: the backend asked for; under ``auto``, written again with ``hf`` when the
+    candidate's ids differed from hf's."""
+    opts = ctx.job.options
+    opened = open_backend(opts.backend, ctx.tok_json, allow_special_tokens=opts.allow_special_tokens,
+                          hf_threads=ctx.parallelism.threads)
+    written = _write_shard(ctx, opened, stop, progress)
+    if written.shard is None:               # auto: the candidate's ids differ from hf's; written again with hf
+        hf = Opened(_reference(ctx), opts.backend, candidate=False)
+        again = _write_shard(ctx, hf, stop, progress)
+        written = replace(again, record=written.record, workers_rss=max(written.workers_rss, again.workers_rss))
+    return written
+
+
+def _write_chat_shard(ctx: _Context, stop: StopFlag, progress: ProgressFn | None) -> Written:
+    """Steps 3-4 for chat data (``job.chat_encode``): conversations rendered with the plan's frozen template,
+    their ids (``tokenizers``, the reference) and trained ranges written in this process."""
+    import tokenizers
+
+    from shardprep.job.chat_encode import ChatTaskEncoder, chat_encoder, chat_skip_log
+    from shardprep.job.chat_plan import frozen_template
+
+    job, opts = ctx.job, ctx.job.options
+    assert opts.chat is not None
+    encoder = chat_encoder(ctx.tok_json, frozen_template(ctx.output, opts.chat), opts.chat)
+    record = BackendRecord("hf", tokenizers.__version__, requested=opts.backend)
+    log.info(logs.BACKEND, ctx.work.index, record)
+    skips = chat_skip_log(opts.strict)
+    with ShardWriter(ctx.output / shard_name(ctx.work.index), task=ctx.work.index, layout=opts.layout,
+                     dtype=job.tokenizer.dtype, chunk_tokens=opts.chunk_tokens, chat=True) as writer:
+        ChatTaskEncoder(encoder, opts.chat).encode(ctx.work, opts, writer, stop,
+                                                   Progress(ctx.work.index, ctx.work.input_bytes, progress), skips)
+        return Written(writer.close(), skips, record)
 
 
 def _load(output: Path, job: Job, task: int, threads: int | None) -> _Context:
@@ -293,9 +325,10 @@ def build_sidecar(job: Job, task: int, result: ShardResult, skips: SkipLog, back
     opts, tok = job.options, job.tokenizer
     elapsed, peak_rss = cost.elapsed, cost.peak_rss
     return Sidecar.holding(
-        result, format_version=FORMAT_VERSION, created_by=CREATED_BY, task=task, shard=shard_name(task),
+        result, format_version=format_version(opts.chat is not None), created_by=CREATED_BY, task=task, shard=shard_name(task),
         plan_fingerprint=job.fingerprint, tokenizer_fingerprint=tok.fingerprint, layout=opts.layout,
         dtype=tok.dtype, chunks=result.chunks, skipped=skips.counts,
+        trained_tokens=result.trained_tokens if result.chunks.chat else None,
         skipped_examples=tuple(skips.examples), warnings=tuple(skips.warnings),
         inputs=tuple(i.sidecar_input() for i in items),
         backend=backend_info or BackendRecord(None, requested=opts.backend),

@@ -85,10 +85,12 @@ def _read_shard(out: Output, entry: IndexShard, size: int, sidecar: Sidecar | No
     with contextlib.closing(HashingSource(out.store.open(where), size)) as src:
         try:
             if sidecar is not None:
-                docs, tokens = _check_samples(where, SourceFile(src, size), sidecar.chunks,
-                                              out.index.tokenizer.vocab_size, problems)
+                docs, tokens, trained = _check_samples(where, SourceFile(src, size), sidecar.chunks,
+                                                       out.index.tokenizer.vocab_size, problems)
                 if docs != entry.documents or tokens != entry.tokens:
                     problems.append(f"counts {docs} docs/{tokens} tokens != index {entry.documents}/{entry.tokens}")
+                if sidecar.trained_tokens is not None and trained != sidecar.trained_tokens:
+                    problems.append(f"trained ranges hold {trained} tokens, the sidecar says {sidecar.trained_tokens}")
         except (ShardprepError, FileNotFoundError):   # the store failed after its retries, or the shard went
             raise
         except Exception as e:      # tarfile raises several types on truncated or corrupt archives
@@ -102,9 +104,10 @@ def _read_shard(out: Output, entry: IndexShard, size: int, sidecar: Sidecar | No
 
 
 def _check_samples(where: str, stream: io.BufferedIOBase, table: ChunkTable, vocab_size: int,
-                   problems: list[str]) -> tuple[int, int]:
-    """Walk the tar against the chunk table, appending problems; return the documents and tokens seen."""
-    docs = tokens = 0
+                   problems: list[str]) -> tuple[int, int, int]:
+    """Walk the tar against the chunk table, appending problems; return the documents, tokens and trained
+    tokens seen (a chat shard's trained ranges are checked against their documents as they are parsed)."""
+    docs = tokens = trained = 0
     for i, sample in enumerate(walk_tar(where, stream)):
         if i >= len(table):
             problems.append(f"sample {sample.key} not in the sidecar")
@@ -119,9 +122,14 @@ def _check_samples(where: str, stream: io.BufferedIOBase, table: ChunkTable, voc
             problems.append(f"sample {sample.key}: document lengths do not add up")
         if sample.tokens.size and int(sample.tokens.max()) >= vocab_size:
             problems.append(f"sample {sample.key}: token id {int(sample.tokens.max())} >= vocab size {vocab_size}")
+        if (sample.trained is not None) != table.chat:
+            problems.append(f"sample {sample.key}: {'no' if table.chat else 'a'} trained ranges member, but the "
+                            f"sidecar's chunk table {'has' if table.chat else 'has no'} trained ranges")
+        elif sample.trained is not None:
+            trained += sample.trained.trained_tokens()
         docs += int(lens.size)
         tokens += int(sample.tokens.size)
-    return docs, tokens
+    return docs, tokens, trained
 
 
 def _read_index(root: str, store: Store) -> Index:

@@ -17,6 +17,7 @@ PLAN_RECORDS_FILE = "plan/tasks.jsonl"
 PLAN_TABLE_FILE = "plan/tasks.idx"
 INDEX_FILE = "index.json"
 TOKENIZER_FILE = "tokenizer.json"
+CHAT_TEMPLATE_FILE = "chat_template.json"   # a chat job's frozen template and the special tokens it sees
 LOG_DIR = "logs"
 SHARD_RE = re.compile(r"^shard-(\d{5,})\.tar$")
 LAYOUTS = ("pack", "doc")

@@ -42,6 +42,7 @@ class ShardResult(ShardTotals):
 
     path: Path
     chunks: ChunkTable
+    trained_tokens: int = 0       # a chat shard's tokens with a label (shard.trained)
 
 
 class ShardWriter:
@@ -137,6 +138,7 @@ class ShardWriter:
             documents=self.documents,
             tokens=self.tokens,
             chunks=ChunkTable.from_rows(self._rows, chat=self.chat),
+            trained_tokens=self.trained_tokens,
         )
 
     def abort(self) -> None:

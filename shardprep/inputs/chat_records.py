@@ -1,0 +1,136 @@
+"""Records of one work item for chat data (``--chat``): whole JSON objects or table rows, not a text field.
+
+A conversation lives in a structured field (``messages``, ``conversations``, ``prompt`` + ``completion``),
+so the text path's fast block reading (which pulls one string field out of each line) does not apply: each
+jsonl line is parsed whole, each table row read as a dict of the columns a conversation may use.  The bad
+input policy is the text path's (``inputs.readers``): blank lines, invalid UTF-8, malformed JSON, lines
+over ``max_doc_bytes`` are counted and skipped with their file and line, through the same ``SkipLog``.
+What makes a record a conversation, and its skips, belong to the task (``job.chat_encode``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import orjson
+
+from shardprep.inputs.blocks import LongLine, item_blocks
+from shardprep.inputs.discover import InputFile
+from shardprep.inputs.planned import OpenInput, rows_then_check
+from shardprep.inputs.readers import ReadOptions, SkipLog, WorkItem, beyond_double, block_lines
+
+# Columns a conversation may use (``chat.conversations``): a table is read with these only.
+CHAT_COLUMNS = ("messages", "conversations", "prompt", "completion", "tools")
+ROWS_PER_BATCH = 1024
+
+
+@dataclass(frozen=True)
+class Record:
+    """One record and where it is: its 1-based line (the row number for tables; None deep inside a split
+    file) and byte offset (None for tables)."""
+
+    value: dict[str, Any]
+    line: int | None
+    byte: int | None
+
+    def where(self, path: str) -> str:
+        return f"{path}:{self.line}" if self.line is not None else f"{path} (line at byte {self.byte})"
+
+
+@dataclass(frozen=True)
+class RecordBatch:
+    records: list[Record]
+    nbytes: int          # input bytes the batch came from (progress)
+
+
+def item_records(inp: InputFile, item: WorkItem, opts: ReadOptions, skips: SkipLog,
+                 columns: tuple[str, ...] = CHAT_COLUMNS) -> Iterator[RecordBatch]:
+    """The records of one work item in file order, a block (or record batch) at a time; exactly the planned
+    bytes or rows are read, then the input is checked unchanged (as the text path does)."""
+    if inp.tabular:
+        end = item.end if item.end is not None or inp.rows is None else inp.rows
+        rows = _parquet_rows if inp.format == "parquet" else _arrow_rows
+        yield from rows_then_check(inp, rows(inp, item.start, end, columns))
+        return
+    lineno, path, limit = item.first_line, inp.path, opts.max_doc_bytes
+    for piece in item_blocks(inp, item.start, item.end, limit):
+        if isinstance(piece, LongLine):
+            skips.skip("too_long", path, lineno, f"longer than {limit} bytes", byte=piece.start)
+            lineno = None if lineno is None else lineno + 1
+            continue
+        lines = list(block_lines(piece.data, piece.start, lineno, limit, piece.terminated, path, skips))
+        records = [r for r in (_parse(raw, path, line, byte, skips) for line, byte, raw in lines) if r is not None]
+        n = piece.data.count(b"\n") + (0 if piece.terminated else 1)
+        lineno = None if lineno is None else lineno + n
+        yield RecordBatch(records, len(piece.data))
+
+
+def _parse(raw: bytes, path: str, line: int | None, byte: int, skips: SkipLog) -> Record | None:
+    """One jsonl line as a record, or None after counting why it is not one (the text path's reasons)."""
+    if not raw or raw.isspace():
+        skips.skip("empty", path, line, "blank line", byte=byte)
+        return None
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        value, detail = beyond_double(raw, str(e))
+        if value is None:
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError:
+                skips.skip("invalid_utf8", path, line, byte=byte)
+                return None
+            skips.skip("malformed_json", path, line, detail, byte=byte)
+            return None
+    if type(value) is not dict:
+        skips.skip("malformed_json", path, line, f"expected a JSON object, got {type(value).__name__}", byte=byte)
+        return None
+    return Record(value, line, byte)
+
+
+def _rows(table_batches: Iterator[tuple[int, Any]]) -> Iterator[RecordBatch]:
+    """(first row, pyarrow table slice) -> batches of row records (line = 1-based row number)."""
+    for first, part in table_batches:
+        values = part.to_pylist()
+        yield RecordBatch([Record(v, first + i + 1, None) for i, v in enumerate(values)], int(part.nbytes))
+
+
+def _parquet_rows(inp: InputFile, start: int, end: int | None, columns: tuple[str, ...]) -> Iterator[RecordBatch]:
+    from shardprep.inputs.planned import parquet_file
+
+    with OpenInput(inp) as opened:
+        pf = parquet_file(opened)
+        wanted = [c for c in columns if c in pf.schema_arrow.names]
+        stop = pf.metadata.num_rows if end is None else end
+
+        def slices() -> Iterator[tuple[int, Any]]:
+            row = 0
+            for batch in pf.iter_batches(batch_size=ROWS_PER_BATCH, columns=wanted):
+                lo, hi = max(start - row, 0), min(stop - row, batch.num_rows)
+                if lo < hi:
+                    yield row + lo, batch.slice(lo, hi - lo)
+                row += batch.num_rows
+                if row >= stop:
+                    break
+
+        yield from _rows(slices())
+        if opened.remote:
+            opened.check()
+
+
+def _arrow_rows(inp: InputFile, start: int, end: int | None, columns: tuple[str, ...]) -> Iterator[RecordBatch]:
+    from shardprep.inputs.arrow import record_batches
+
+    def slices() -> Iterator[tuple[int, Any]]:
+        row = 0
+        for batch in record_batches(inp.path):
+            if end is not None and row >= end:
+                break
+            lo, hi = max(start - row, 0), batch.num_rows if end is None else min(end - row, batch.num_rows)
+            if lo < hi:
+                wanted = [c for c in columns if c in batch.schema.names]
+                yield row + lo, batch.select(wanted).slice(lo, hi - lo)
+            row += batch.num_rows
+
+    yield from _rows(slices())
