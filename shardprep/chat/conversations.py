@@ -32,6 +32,10 @@ MESSAGES = "messages"
 CONVERSATIONS = "conversations"
 PROMPT_COMPLETION = "prompt+completion"
 KNOWN_FIELDS = (MESSAGES, CONVERSATIONS, PROMPT_COMPLETION)
+# The roles of OpenAI-style messages (``developer``: newer OpenAI name for system; ``function``/``ipython``:
+# older tool-result roles some templates know).  Any other is a record error rather than text rendered
+# under a role no template expects (a typo such as "assitant" would otherwise train nothing, silently).
+CHAT_ROLES = ("system", "developer", "user", "assistant", "tool", "function", "ipython")
 
 SHAREGPT_ROLES = {
     "human": "user", "user": "user",
@@ -101,6 +105,8 @@ def validate_messages(value: object, key: str, where: str) -> list[Message]:
         role = message.get("role")
         if not isinstance(role, str):
             raise ChatRecordError(where, f"{path}.role", f"expected a string, found {_kind(role)}")
+        if role not in CHAT_ROLES:
+            raise ChatRecordError(where, f"{path}.role", f"{role!r} is not a chat role ({', '.join(CHAT_ROLES)})")
         _check_content(message.get("content"), f"{path}.content", where)
     return value
 
@@ -113,6 +119,10 @@ def _check_content(content: object, path: str, where: str) -> None:
     for j, part in enumerate(content):
         if not isinstance(part, dict):
             raise ChatRecordError(where, f"{path}[{j}]", f"expected a content part (an object), found {_kind(part)}")
+        if part.get("type", "text") != "text" or not isinstance(part.get("text"), str):
+            kind = part.get("type", "text")
+            raise ChatRecordError(where, f"{path}[{j}]", f"a {kind!r} part: only text parts ({{type: text, text: "
+                                  "...}}) can be tokenized")
 
 
 def _looks_sharegpt(value: object) -> bool:

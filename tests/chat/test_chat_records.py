@@ -32,6 +32,12 @@ def test_openai_messages_pass_as_they_are() -> None:
     ({"messages": [{"role": "user", "content": "a"}, {"content": "b"}]}, "messages[1].role"),
     ({"messages": [{"role": "user", "content": 5}]}, "messages[0].content"),
     ({"messages": [{"role": "user", "content": ["x"]}]}, "messages[0].content[0]"),
+    # hostile (issue 28): a role no template expects, content parts that are not text
+    ({"messages": [{"role": "narrator", "content": "a"}]}, "messages[0].role"),
+    ({"messages": [{"role": "assitant", "content": "a"}]}, "messages[0].role"),
+    ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
+     "messages[0].content[0]"),
+    ({"messages": [{"role": "user", "content": [{"type": "text", "text": 3}]}]}, "messages[0].content[0]"),
     ({"conversations": [{"from": "alien", "value": "x"}]}, "conversations[0].from"),
     ({"conversations": [{"from": "human", "value": None}]}, "conversations[0].value"),
     ({"conversations": [{"from": "function_call", "value": "not json"}]}, "conversations[0].value"),
