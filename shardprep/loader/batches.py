@@ -13,7 +13,10 @@ Conventions (Hugging Face causal LM):
   info, ``cu_seqlens`` (int32, flash-attn varlen style, over the flattened batch), per-token ``doc_ids``
   (global document numbers) and ``unit_ids`` (row numbers in the epoch stream).
 * pad: one document per row, truncated to L, right-padded with ``pad_id``; ``attention_mask``;
-  ``labels`` are -100 on padding only.  Padding is found *by length*, never by comparing ids, so a real
+  ``labels`` are -100 on padding only.
+* chat data (``chatbatch``) adds a ``trained`` mask to the wire: pack rows of whole conversations then
+  carry ``attention_mask`` and ``labels`` (-100 where untrained, on each conversation's first token and
+  on padding), pad rows and doc items ``labels`` from the same mask.  Padding is found *by length*, never by comparing ids, so a real
   EOS keeps its label even when the pad id equals the EOS id.
 """
 
@@ -132,13 +135,18 @@ def to_tensors(item: dict, layout: Layout, *, unbatched: bool = False, pin: bool
             out[k] = t.long() if k in _WIDEN and t.dtype != torch.int64 else t
         else:
             out[k] = v
-    if isinstance(layout, Pack):
+    trained = out.pop("trained", None)          # chat data (loader.chatbatch): False where not trained
+    if isinstance(layout, Pack) and trained is None:
         out["labels"] = out["input_ids"].clone()
-    elif isinstance(layout, Pad):
+    elif isinstance(layout, (Pack, Pad)):
         lengths = out.pop("lengths")
         mask = torch.arange(out["input_ids"].shape[1])[None, :] < lengths[:, None]
         out["attention_mask"] = mask.long()
         out["labels"] = out["input_ids"].masked_fill(~mask, IGNORE_INDEX)   # by length, never by id
+        if trained is not None:
+            out["labels"] = out["labels"].masked_fill(~trained, IGNORE_INDEX)
+    elif trained is not None:
+        out["labels"] = out["input_ids"].masked_fill(~trained, IGNORE_INDEX)
     if unbatched and not isinstance(layout, Doc):
         out = {k: (v[0] if isinstance(v, torch.Tensor) and k != "cu_seqlens" else v) for k, v in out.items()}
     if pin:

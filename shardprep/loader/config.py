@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from shardprep.errors import ConfigError, InputDataError
-from shardprep.loader.layout import Extras, Layout, layout_of
+from shardprep.loader.layout import ConversationPacking, Extras, Layout, layout_of
 from shardprep.loader.mixture import MixSpec, mixture_spec
 from shardprep.loader.world import Placement
 from shardprep.shard.format import INDEX_FILE, JOB_FILE
@@ -35,6 +35,8 @@ if TYPE_CHECKING:  # pragma: no cover
 class LoaderConfig:
     """Everything that decides which units a pass yields and how they are read, checked at construction.
 
+    ``conversations``: how pack mode packs chat data (whole conversations per row); unused otherwise.
+
     ``shuffle_block`` (units; None: about 8M tokens' worth) and ``cache_bytes`` (None: 3 blocks, >= 64 MiB)
     are sized per dataset once it is open.  Frozen: it travels to DataLoader workers as is.
     """
@@ -47,6 +49,7 @@ class LoaderConfig:
     cache_bytes: int | None = None
     verify: bool = False
     storage: StorageOptions = field(default_factory=StorageOptions)
+    conversations: ConversationPacking = ConversationPacking()
 
     def __post_init__(self) -> None:
         if int(self.seed) < 0:
@@ -130,6 +133,8 @@ class LoaderKeywords(TypedDict, total=False):
     world_size: int | None
     total_tokens: int | None
     allow_tokenizer_mismatch: bool | None
+    pack_window: int
+    overflow: str
 
 
 _SOURCE_KEYS = ("total_tokens", "allow_tokenizer_mismatch")
@@ -158,6 +163,7 @@ def config_from(keywords: LoaderKeywords) -> LoaderConfig:
         extras=Extras(position_ids=bool(kw.get("return_position_ids", False)),
                       doc_info=bool(kw.get("return_doc_info", False))),
         cache_bytes=kw.get("cache_bytes"), verify=bool(kw.get("verify", False)),
+        conversations=ConversationPacking(kw.get("pack_window", 1024), kw.get("overflow", "truncate")),
         storage=storage_from(kw.get("storage"), endpoint_url=kw.get("endpoint_url"), s3=kw.get("s3"),
                              storage_options=kw.get("storage_options")))
 

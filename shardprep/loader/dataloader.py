@@ -178,6 +178,8 @@ class ShardLoader:
             "batch_size": self.batch_size, "epoch": epoch, "remaining": [list(r) for r in remaining]}
         if ds.mixture is not None:
             state["mixture"] = mixture_state(ds.mixture)
+        if any(rows is not None for rows in ds.chat_rows):      # chat pack rows: how they were packed
+            state["packing"] = next(rows for rows in ds.chat_rows if rows is not None).identity()
         return state
 
     def load_state_dict(self, state: dict) -> None:
@@ -196,6 +198,10 @@ class ShardLoader:
             if state.get(key) != mine[key]:
                 raise ConfigError(f"loader state: {key}={state.get(key)!r} but this loader has {mine[key]!r}; "
                                   f"a position only means the same units with the same dataset and order options")
+        if state.get("packing") != mine.get("packing"):
+            raise ConfigError(f"loader state: packing={state.get('packing')!r} but this loader has "
+                              f"{mine.get('packing')!r}; packed rows only mean the same conversations with the "
+                              f"same pack_window and overflow")
         if state.get("batch_size") != self.batch_size:
             log.warning("loader state was saved with batch_size=%s, continuing with %s: nothing repeated or "
                         "skipped, but batches differ from an uninterrupted run", state.get("batch_size"),

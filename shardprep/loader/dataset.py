@@ -30,6 +30,7 @@ from shardprep.errors import ConfigError
 from shardprep.loader import distribute as D
 from shardprep.loader.assemble import RowFormat, SinglePass
 from shardprep.loader.batches import to_tensors
+from shardprep.loader.chatrows import ChatRows, chat_rows
 from shardprep.loader.config import Dataset, LegacyTars, LoaderConfig, LoaderKeywords, from_keywords
 from shardprep.loader.epoch import EpochReader, ReadOptions
 from shardprep.loader.index import DatasetIndex, load_index
@@ -87,8 +88,15 @@ class ShardDataset(IterableDataset):
         else:
             self.sources = [open_dataset(source, verify=cfg.verify, storage=cfg.storage)]
         self.index = self.sources[0]
+        self._tables: list[dict] = [{} for _ in self.sources]
+        self.chat = any(i.record is not None and i.record.chat for i in self.sources)
+        self.chat_rows = [self._chat_rows(i, tables) for i, tables in zip(self.sources, self._tables)]
+        if self.mixture is not None:
+            for n, rows in enumerate(self.chat_rows):
+                if rows is not None:
+                    self.mixture.use_rows(n, rows.rows)
         self._size()
-        self._read_opts = [self._read_options(i) for i in self.sources]
+        self._read_opts = [self._read_options(i, rows) for i, rows in zip(self.sources, self.chat_rows)]
         # the state's identity: the block in use, or for a mixture the option (None: each source's default)
         self.shuffle_block = self._read_opts[0].block if self.mixture is None else cfg.shuffle_block
         self.cache_bytes = self._read_opts[0].cache_bytes
@@ -100,7 +108,6 @@ class ShardDataset(IterableDataset):
                               f"{np.iinfo(self.wire_dtype).max}] for {self.wire_dtype.name} ids")
         self.epoch = 0
         self._pass: PassSpec | None = None
-        self._tables: list[dict] = [{} for _ in self.sources]
 
     # -- the config, as the state and the loader read it ---------------------------------------------------
     @property
@@ -138,20 +145,38 @@ class ShardDataset(IterableDataset):
             return
         self.total_tokens = int(self.index.shard_tokens.sum())
         self.total_docs = int(self.index.shard_docs.sum())
-        if isinstance(self.layout, Pack):
+        rows = self.chat_rows[0]
+        if rows is not None:                       # whole conversations per row: nothing is a tail
+            self.num_units, self.tail_tokens = rows.rows, 0
+        elif isinstance(self.layout, Pack):
             self.num_units = self.total_tokens // self.layout.seq_len
             self.tail_tokens = self.total_tokens - self.num_units * self.layout.seq_len
         else:
             self.num_units, self.tail_tokens = self.total_docs, 0
 
-    def _read_options(self, index: DatasetIndex) -> ReadOptions:
+    def _read_options(self, index: DatasetIndex, rows: ChatRows | None = None) -> ReadOptions:
         """A dataset's shuffle block (default: about 8M tokens of units) and chunk cache (3 blocks, >= 64 MiB)."""
         cfg, layout = self.config, self.layout
         tokens, docs = int(index.shard_tokens.sum()), int(index.shard_docs.sum())
         unit_tokens = layout.seq_len if isinstance(layout, Pack) else max(1, tokens // max(1, docs))
         block = int(cfg.shuffle_block) if cfg.shuffle_block else max(1, SHUFFLE_TOKENS // unit_tokens)
         cache = int(cfg.cache_bytes) if cfg.cache_bytes else max(64 << 20, 3 * block * unit_tokens * 4)
-        return ReadOptions(isinstance(layout, Pack), cfg.seed, cfg.shuffle, block, cache)
+        return ReadOptions(isinstance(layout, Pack) and rows is None, cfg.seed, cfg.shuffle, block, cache, rows)
+
+    def _chat_rows(self, index: DatasetIndex, tables: dict) -> ChatRows | None:
+        """Pack mode over chat data: its rows of whole conversations, counted once (``loader.chatrows``)."""
+        if not isinstance(self.layout, Pack) or index.record is None or not index.record.chat:
+            return None
+        return chat_rows(index, self.layout.seq_len, self.config.conversations, tables)
+
+    def packing_stats(self) -> dict | None:
+        """Chat pack mode: rows, efficiency (real tokens over row tokens), padding share, truncated and
+        dropped conversations (per source in a mixture, by name); None for pretraining data."""
+        found = {(self.mixture.names[n] if self.mixture is not None else "dataset"): rows.summary()
+                 for n, rows in enumerate(self.chat_rows) if rows is not None}
+        if not found:
+            return None
+        return found if self.mixture is not None else found["dataset"]
 
     # -- configuration ----------------------------------------------------------------------------------
     def _resolve_pad(self, pad_id: int | None) -> int:
@@ -194,6 +219,8 @@ class ShardDataset(IterableDataset):
         if split.steps == 0 and not isinstance(self.layout, Doc):
             per = f"{self.total_tokens} tokens = {self.num_units} rows of seq_len={self.seq_len}" \
                 if isinstance(self.layout, Pack) else f"{self.num_units} documents"
+            if self.mixture is None and self.chat_rows[0] is not None:
+                per = f"{self.num_units} rows of whole conversations at seq_len={self.seq_len}"
             raise ConfigError(
                 f"seq_len={self.seq_len} batch_size={batch or 1} world_size={world_size}: the dataset has {per}, "
                 f"fewer than one batch per rank ({batch or 1} x {world_size} = {(batch or 1) * world_size} "
@@ -242,7 +269,7 @@ class ShardDataset(IterableDataset):
 
     def open_pass(self, epoch: int) -> SinglePass | MixturePass:
         """What turns this pass's shuffled positions into batches (``batch(positions)``, then ``close()``)."""
-        fmt = RowFormat(self.layout, self.extras, self.pad_id, self.wire_dtype)
+        fmt = RowFormat(self.layout, self.extras, self.pad_id, self.wire_dtype, self.chat)
         if self.mixture is not None:
             return MixturePass(self.mixture, epoch, fmt, self._read_opts, self._tables)
         return SinglePass(EpochReader(self.index, self.num_units, epoch, self._read_opts[0], self._tables[0]), fmt)

@@ -96,6 +96,23 @@ def _whole(key: str, value: object) -> int:
 
 
 @dataclass(frozen=True)
+class ConversationPacking:
+    """How pack mode makes rows of chat data (``loader.binpack``): first-fit decreasing over windows of at
+    least ``window`` conversations; a conversation longer than ``seq_len`` is ``truncate``d or ``drop``ped.
+    Ignored for pretraining data (its rows are cuts of the token stream)."""
+
+    window: int = 1024
+    overflow: str = "truncate"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.window, bool) or not isinstance(self.window, numbers.Integral) or int(self.window) < 1:
+            raise ConfigError(f"pack_window={self.window!r} is invalid: a number of conversations >= 1")
+        if self.overflow not in ("truncate", "drop"):
+            raise ConfigError(f"overflow={self.overflow!r} is invalid: 'truncate' or 'drop'")
+        object.__setattr__(self, "window", int(self.window))
+
+
+@dataclass(frozen=True)
 class Extras:
     """Optional fields beyond input_ids/labels (/attention_mask)."""
 

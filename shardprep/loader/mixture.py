@@ -335,6 +335,13 @@ class Mixture:
                               f"({self.unit_tokens:.0f} tokens)")
         self.segment = Segment.start(len(indexes))
 
+    def use_rows(self, source: int, rows: int) -> None:
+        """Source ``source`` is chat data packed into ``rows`` rows of whole conversations (``loader.chatrows``)."""
+        s = self.spec.sources[source]
+        if rows < 1:
+            raise ConfigError(f"mixture source {s.name!r} ({s.location}) packs into no row of seq_len={self.layout.seq_len}")
+        self.units[source], self.tails[source] = rows, 0
+
     @property
     def unit_name(self) -> str:
         return self.layout.unit_name

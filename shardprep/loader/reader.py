@@ -17,6 +17,7 @@ import numpy as np
 from shardprep.errors import InputDataError, ShardprepError
 from shardprep.loader.index import DatasetIndex
 from shardprep.loader.order import doc_order
+from shardprep.shard.reader import read_trained
 from shardprep.shard.sidecar import ChunkTable
 from shardprep.storage.store import ByteSource
 
@@ -35,14 +36,22 @@ class DecodedChunk:
     starts: np.ndarray      # document boundaries in ``tokens``, len = docs + 1
     order: np.ndarray       # chunk-local (file-order) index of stream document j
     packed: bool
+    trained: np.ndarray | None = None   # chat chunks: True per trained token, laid out like ``tokens``
 
     @property
     def nbytes(self) -> int:
-        return int(self.tokens.nbytes)
+        return int(self.tokens.nbytes) + (0 if self.trained is None else int(self.trained.nbytes))
 
     def doc(self, j: int) -> np.ndarray:
         i = j if self.packed else int(self.order[j])
         return self.tokens[self.starts[i]:self.starts[i + 1]]
+
+    def doc_trained(self, j: int) -> np.ndarray | None:
+        """The trained mask of :meth:`doc` ``j`` (None: not chat data)."""
+        if self.trained is None:
+            return None
+        i = j if self.packed else int(self.order[j])
+        return self.trained[self.starts[i]:self.starts[i + 1]]
 
 
 def permute_documents(tokens: np.ndarray, lens: np.ndarray, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -131,6 +140,7 @@ class ChunkReader:
         where = self.index.location(self.index.shards[shard].name)
         try:
             tokens, lens = self.index.read(self._source(shard), table, chunk)
+            trained = self._trained(shard, table, chunk, lens, len(tokens))
         except ShardprepError:
             raise
         except (EOFError, OSError, ValueError) as e:
@@ -145,12 +155,22 @@ class ChunkReader:
         order = doc_order(len(lens), seed=self.seed, epoch=self.epoch, shard=shard, chunk=chunk,
                           shuffle=self.shuffle)
         if self.packed and self.shuffle and len(lens) > 1:
+            if trained is not None:         # the mask travels with its tokens
+                trained, _ = permute_documents(trained, lens, order)
             tokens, starts = permute_documents(tokens, lens, order)
-            return DecodedChunk(tokens, starts, order, packed=True)
+            return DecodedChunk(tokens, starts, order, packed=True, trained=trained)
         starts = np.zeros(len(lens) + 1, dtype=np.int64)
         np.cumsum(lens, out=starts[1:])
         # unshuffled (or single-document) chunks are already in stream order
-        return DecodedChunk(tokens, starts, order, packed=self.packed)
+        return DecodedChunk(tokens, starts, order, packed=self.packed, trained=trained)
+
+    def _trained(self, shard: int, table: ChunkTable, chunk: int, lens: np.ndarray, n_tokens: int) -> np.ndarray | None:
+        """A chat chunk's trained mask (one ranged read of its ranges), None for other data.  Read only once
+        the lengths are known to add up: the ranges are checked against them."""
+        if not table.chat or int(lens.sum()) != n_tokens:
+            return None
+        ranges = read_trained(self._source(shard), table.chunk(chunk), lens)
+        return None if ranges is None else ranges.mask(lens)
 
     def _check_ids(self, tokens: np.ndarray, where: str, key: str, chunk: int) -> None:
         check_token_ids(tokens, self._vocab_size, where, key, chunk)
