@@ -18,6 +18,7 @@ one GPU per process).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -25,7 +26,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 from steplog import StepLog, add_log_every
-from train_ddp import TinyLM, save, shutdown
+from train_ddp import TinyLM, finish, save, shutdown
 
 from shardprep.errors import ShardprepError
 from shardprep.loader import ShardDataset, make_dataloader
@@ -45,6 +46,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--checkpoint", default=None, help="where to save model, optimizer and loader state")
     p.add_argument("--resume", default=None, help="checkpoint to resume from (any world size)")
     p.add_argument("--backend", default="gloo", help="torch.distributed backend (nccl on GPUs)")
+    p.add_argument("--record", default=None, help="directory for per-rank JSON lines: the conversations (global "
+                   "document ids) of every row of every batch, and its labelled tokens (the tests use them)")
     add_log_every(p)
     return p.parse_args()
 
@@ -53,7 +56,7 @@ def open_data(args: argparse.Namespace) -> ShardDataset:
     """The chat dataset; a refusal (not chat data, a bad option) is one line and its exit code."""
     try:
         ds = ShardDataset(args.data, mode="pack", seq_len=args.seq_len, seed=args.seed, return_position_ids=True,
-                          overflow=args.overflow)
+                          return_doc_info=args.record is not None, overflow=args.overflow)
     except ShardprepError as e:
         print(f"{Path(sys.argv[0]).name}: error: {e}", file=sys.stderr)
         raise SystemExit(e.exit_code) from None
@@ -88,25 +91,47 @@ def train(args: argparse.Namespace, ds: ShardDataset) -> None:
         loader.load_state_dict(ckpt["loader"])
         start_epoch, step = ckpt["loader"]["epoch"], ckpt["step"]
     log = StepLog(args.log_every, rank=rank, world=world)
+    record = open_record(args.record, rank)
     labelled = tokens = 0
+    steps: dict[int, int] = {}
     for epoch in range(start_epoch, args.epochs):
         loader.set_epoch(epoch)
+        steps[epoch] = 0
         for batch in loader:
             labels = batch["labels"].to(device, non_blocking=True)
             loss = model(batch["input_ids"].to(device, non_blocking=True), labels)
             optim.zero_grad(set_to_none=True)
-            loss.backward()
+            loss.backward()                  # all-reduce: the loader gives every rank the same number of steps
             optim.step()
             step += 1
+            steps[epoch] += 1
             labelled += int((labels != -100).sum())
             tokens += labels.numel()
             log.step(step, epoch, batch["input_ids"].numel(), loss)
+            if record is not None:
+                record.write(json.dumps(row_record(batch, epoch, step)) + "\n")
             if args.max_steps is not None and step >= args.max_steps:
                 save(args.checkpoint, model, optim, loader, step, rank)
-                return report(rank, step, labelled, tokens, ds)
+                report(rank, step, labelled, tokens, ds)
+                return finish(record, rank, world, steps, loader, args, stopped=True)
     if args.checkpoint:
         save(args.checkpoint, model, optim, loader, step, rank)
     report(rank, step, labelled, tokens, ds)
+    finish(record, rank, world, steps, loader, args, stopped=False)
+
+
+def open_record(directory: str | None, rank: int):
+    if directory is None:
+        return None
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    return open(Path(directory) / f"rank{rank}.jsonl", "a")
+
+
+def row_record(batch: dict, epoch: int, step: int) -> dict:
+    """The conversations of each row (global document ids, padding's -1 left out) and its labelled tokens."""
+    docs = [sorted({int(d) for d in row.tolist() if d >= 0}) for row in batch["doc_ids"]]
+    return {"epoch": epoch, "step": step, "units": batch["unit_ids"].tolist(), "docs": docs,
+            "labelled": [int((row != -100).sum()) for row in batch["labels"]]}
 
 
 def report(rank: int, step: int, labelled: int, tokens: int, ds: ShardDataset) -> None:

@@ -18,6 +18,7 @@ from remote_servers import REMOTE_BACKENDS, dataset_in
 
 from shardprep.errors import EXIT_INCOMPLETE, ConfigError, IncompleteError, InputDataError
 from shardprep.loader import ShardDataset, make_dataloader
+from shardprep.shard.index import IndexContractError
 
 UNEVEN = [3, 250, 40, 600, 12]          # documents per shard: very different shard sizes
 # Where the exactness and resume tests read the dataset: locally and from every remote store's emulator.
@@ -243,8 +244,11 @@ def test_refuses_shard_from_other_tokenizer_or_format(copy_of):
         drain(copy_of)
     with pytest.raises(InputDataError, match="shard-00003"):
         ShardDataset(copy_of, mode="doc", verify=True)
-    edit_json(copy_of / "index.json", format_version=2)
-    with pytest.raises(InputDataError, match="format_version 2 is not supported"):
+    edit_json(copy_of / "index.json", format_version=3)          # a later release's format
+    with pytest.raises(InputDataError, match="format_version 3 is not supported"):
+        ShardDataset(copy_of, mode="doc")
+    edit_json(copy_of / "index.json", format_version=2)          # chat data's format, but no trained tokens
+    with pytest.raises(IndexContractError, match="totals.trained_tokens"):
         ShardDataset(copy_of, mode="doc")
 
 
