@@ -112,11 +112,11 @@ def train(args: argparse.Namespace, ds: ShardDataset) -> None:
                 record.write(json.dumps(row_record(batch, epoch, step)) + "\n")
             if args.max_steps is not None and step >= args.max_steps:
                 save(args.checkpoint, model, optim, loader, step, rank)
-                report(rank, step, labelled, tokens, ds)
+                report(rank, step, labelled, tokens, ds, device)
                 return finish(record, rank, world, steps, loader, args, stopped=True)
     if args.checkpoint:
         save(args.checkpoint, model, optim, loader, step, rank)
-    report(rank, step, labelled, tokens, ds)
+    report(rank, step, labelled, tokens, ds, device)
     finish(record, rank, world, steps, loader, args, stopped=False)
 
 
@@ -134,8 +134,8 @@ def row_record(batch: dict, epoch: int, step: int) -> dict:
             "labelled": [int((row != -100).sum()) for row in batch["labels"]]}
 
 
-def report(rank: int, step: int, labelled: int, tokens: int, ds: ShardDataset) -> None:
-    counts = torch.tensor([labelled, tokens], dtype=torch.int64)
+def report(rank: int, step: int, labelled: int, tokens: int, ds: ShardDataset, device: torch.device) -> None:
+    counts = torch.tensor([labelled, tokens], dtype=torch.int64, device=device)     # nccl reduces GPU tensors
     dist.all_reduce(counts)              # every rank took the same number of steps: this cannot hang
     if rank == 0:
         share = int(counts[0]) / max(1, int(counts[1]))
