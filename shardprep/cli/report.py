@@ -53,6 +53,10 @@ def run(args: argparse.Namespace) -> int:
     default = Path("report.html") if is_url(args.output) else Path(args.output) / "report.html"
     written = write_report(numbers, Path(args.html) if args.html else default)
     print(f"report: {written.html}")
+    if "chat" in numbers:
+        from shardprep.report.fmt import chat_line
+
+        print(f"  {chat_line(numbers['chat'])}")
     for png in written.pngs:
         print(f"  figure: {png}")
     return 0

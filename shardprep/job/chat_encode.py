@@ -56,17 +56,22 @@ class ChatTaskEncoder:
 
     def encode(self, work: Task, read: ReadOptions, writer: ShardWriter, stop: StopFlag, progress: Progress,
                skips: SkipLog) -> None:
-        """Every conversation of ``work`` into ``writer``, in order."""
+        """Every conversation of ``work`` into ``writer``, in order.  Under ``--strict`` a batch's skips are
+        gathered first and the one earliest in the file fails the task: a block's lines are parsed before
+        its conversations are checked, so failing on the first skip seen could name a later line."""
         for item in work.items:
             path = item.input.path
-            for batch in item_records(item.input, item.work, read, skips):
-                kept, conversations, tools = self._conversations(batch.records, path, skips)
+            seen = _batch_log(skips)     # under --strict, the first batch with a skip fails the task
+            for batch in item_records(item.input, item.work, read, seen):
+                kept, conversations, tools = self._conversations(batch.records, path, seen)
                 results = self.encoder.encode(conversations, tools) if conversations else []
-                flat, lengths, trained = _written(kept, results, path, skips)
+                flat, lengths, trained = _written(kept, results, path, seen)
+                _fail_on_first(seen, skips)
                 if len(lengths):
                     writer.add(flat, lengths, trained)
                 progress(len(lengths), int(flat.size), batch.nbytes)
                 stop.check(work.index)
+            _fail_on_first(seen, skips)      # a too-long last line ends the item without a batch
 
     def _conversations(self, records: list[Record], path: str,
                        skips: SkipLog) -> tuple[list[Record], list[list[dict[str, Any]]], list[Any]]:
@@ -81,6 +86,19 @@ class ChatTaskEncoder:
             given = rec.value.get("tools")
             tools.append(given if isinstance(given, list) and given else None)
         return kept, conversations, tools
+
+
+def _batch_log(skips: SkipLog) -> SkipLog:
+    """The log a batch counts into: ``skips`` itself, or under --strict a lenient one to sort first."""
+    return chat_skip_log(False) if skips.strict else skips
+
+
+def _fail_on_first(seen: SkipLog, skips: SkipLog) -> None:
+    """Under --strict, fail (through ``skips``) on the batch's skip earliest in the file, if any."""
+    if seen is skips or not seen.examples:
+        return
+    first = min(seen.examples, key=lambda e: (e.byte is None, e.byte or 0, e.line or 0))
+    skips.skip(first.reason, first.file, first.line, first.detail, byte=first.byte)
 
 
 def _written(records: list[Record], results: list[EncodedConversation | ChatTemplateError], path: str,

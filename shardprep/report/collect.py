@@ -24,6 +24,7 @@ from shardprep.executor.slurm.state import SlurmView
 from shardprep.executor.slurm.state import collect as slurm_view
 from shardprep.job.finalize import index_tokenizer
 from shardprep.job.logs import LOG_NAME_RE, TaskLog, parse_task_log, read_task_logs
+from shardprep.job.options import ChatOptions
 from shardprep.job.progress import planned_input_bytes
 from shardprep.job.schema import Job
 from shardprep.job.state import job_state
@@ -64,6 +65,8 @@ class Output:
     logs: dict[int, TaskLog] = field(default_factory=dict)
     slurm: SlurmView | None = None       # ``status``'s Slurm view, for jobs submitted to Slurm
     storage: StorageOptions | None = None   # how to reach a remote location (None: the environment's)
+    chat: bool = False                   # conversations with trained ranges (--chat; index format 2)
+    chat_options: ChatOptions | None = None     # job.json's chat options (None without job.json)
 
     @property
     def done(self) -> list[Sidecar]:
@@ -170,10 +173,11 @@ def _describe(location: str, job: Job | None, index: Index | None, storage: Stor
                       dtype=job.tokenizer.dtype, fingerprint=job.fingerprint,
                       tokenizer=index_tokenizer(job),
                       tokenizer_json=tokenizer_json, chunk_tokens=job.options.chunk_tokens,
-                      target_task_bytes=job.target_task_bytes, sizing_rule=job.sizing.rule)
+                      target_task_bytes=job.target_task_bytes, sizing_rule=job.sizing.rule,
+                      chat=job.options.chat is not None, chat_options=job.options.chat)
     if index is not None:
         return Output(location=location, finalized=True, layout=index.layout, dtype=index.dtype,
                       fingerprint=index.plan_fingerprint, tokenizer=index.tokenizer,
-                      tokenizer_json=tokenizer_json)
+                      tokenizer_json=tokenizer_json, chat=index.chat)
     raise IncompleteError(f"{location} holds neither {JOB_FILE} nor {INDEX_FILE}",
                           hint="give the OUTPUT directory of a job (`shardprep submit --output`)")

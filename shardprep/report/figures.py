@@ -95,12 +95,13 @@ def _doc_lengths(plt: Any, n: dict) -> Figure | None:
     ax.yaxis.set_major_formatter(plt.FuncFormatter(compact))
     for key, style in (("median", "-"), ("p90", "--"), ("p99", ":")):
         ax.axvline(d[key], color="#222", linestyle=style, linewidth=1.1, label=f"{key} {count(d[key])}")
-    ax.set_xlabel("tokens per document (log scale, BOS/EOS included)")
-    ax.set_ylabel("documents")
+    one, many = ("conversation", "conversations") if "chat" in n else ("document", "documents")
+    ax.set_xlabel(f"tokens per {one} (log scale, BOS/EOS included)")
+    ax.set_ylabel(many)
     ax.legend(loc="upper right", frameon=True, framealpha=0.9, edgecolor="none")   # the tail is low there
-    sampled = "all documents" if d["exact"] else \
-        f"sample: {count(d['documents'])} documents from {count(d['chunks_read'])} of {count(d['chunks_total'])} chunks"
-    title = "Document lengths"
+    sampled = f"all {many}" if d["exact"] else \
+        f"sample: {count(d['documents'])} {many} from {count(d['chunks_read'])} of {count(d['chunks_total'])} chunks"
+    title = f"{one.capitalize()} lengths"
     ax.set_title(f"{title} ({sampled})", loc="left")
     return _render(plt, fig, "doc-lengths", title, sampled)
 

@@ -6,7 +6,7 @@ import math
 
 from shardprep.units import human_bytes  # binary units, as df -h and Slurm use
 
-__all__ = ["human_bytes", "count", "compact", "duration", "number", "rate"]
+__all__ = ["human_bytes", "count", "compact", "duration", "number", "rate", "chat_line"]
 
 
 def count(n: float | None) -> str:
@@ -57,3 +57,10 @@ def rate(tokens_per_s: float | None) -> str:
         if tokens_per_s >= div:
             return f"{tokens_per_s / div:.3g} {unit}"
     return f"{tokens_per_s:.3g} tok/s"
+
+
+def chat_line(chat: dict) -> str:
+    """The report's chat block in one line, worded as ``inspect`` words a shard's."""
+    share = "–" if chat["trained_share"] is None else f"{100 * chat['trained_share']:.1f}%"
+    return (f"chat: {count(chat['conversations'])} conversations, {count(chat['trained_tokens'])} of "
+            f"{count(chat['tokens'])} tokens trained ({share})")

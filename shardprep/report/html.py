@@ -13,7 +13,7 @@ import html
 from typing import Any, Callable, Sequence
 
 from shardprep.report.figures import Figure
-from shardprep.report.fmt import count, duration, human_bytes, number, rate
+from shardprep.report.fmt import chat_line, count, duration, human_bytes, number, rate
 
 _CSS = """
 :root { --fg:#1d2430; --muted:#5b6575; --line:#dde2ea; --card:#f6f8fb; --accent:#3b6fb6; --warn:#b8475a; }
@@ -101,6 +101,26 @@ def _totals(n: dict) -> str:
     return f'<section id="totals"><h2>Totals</h2><div class="cards">{"".join(cards)}</div></section>'
 
 
+def _chat(n: dict) -> str:
+    """Chat data only: the conversations, their trained share and the chat skips (a text job has no section)."""
+    c = n.get("chat")
+    if c is None:
+        return ""
+    cards = [
+        _card("conversations", num("chat.conversations", c["conversations"])),
+        _card("trained tokens", num("chat.trained_tokens", c["trained_tokens"]),
+              f'of {num("chat.tokens", c["tokens"])} tokens'),
+        _card("trained share", num("chat.trained_share", c["trained_share"], _pct)),
+        *(_card(f"skipped: {reason.replace('_', ' ')}", num(f"chat.skipped.{reason}", k))
+          for reason, k in c["skipped"].items()),
+    ]
+    options = [f"{label} <code>{esc(c[key])}</code>" for label, key in
+               (("--train-on", "train_on"), ("--train-thinking", "train_thinking"), ("template", "template"),
+                ("--messages-field", "messages_field")) if c[key] is not None]
+    note = f'<p class="note">{esc(chat_line(c))}{"; " if options else ""}{", ".join(options)}</p>'
+    return f'<section id="chat"><h2>Chat data</h2>{note}<div class="cards">{"".join(cards)}</div></section>'
+
+
 def _per_s(bytes_per_s: float | None) -> str:
     return "–" if bytes_per_s is None else f"{human_bytes(bytes_per_s)}/s"
 
@@ -144,16 +164,17 @@ def _doc_lengths(n: dict, figs: dict[str, Figure]) -> str:
     d = n["doc_lengths"]
     keys = ("min", "median", "mean", "p90", "p99", "max")
     row = [num(f"doc_lengths.{k}", d[k], number) for k in keys]
+    one, many = ("conversation", "conversations") if "chat" in n else ("document", "documents")
     if d["exact"]:
-        note = f'every document ({num("doc_lengths.documents", d["documents"])})'
+        note = f'every {one} ({num("doc_lengths.documents", d["documents"])})'
     else:
         note = (f'a sample: {num("doc_lengths.documents", d["documents"])} of '
-                f'{num("doc_lengths.documents_total", d["documents_total"])} documents, from '
+                f'{num("doc_lengths.documents_total", d["documents_total"])} {many}, from '
                 f'{num("doc_lengths.chunks_read", d["chunks_read"])} of '
                 f'{num("doc_lengths.chunks_total", d["chunks_total"])} '
                 f"chunks spread evenly over the job (<code>--max-chunks</code>)")
-    return (f'<section id="doc-lengths"><h2>Document lengths (tokens)</h2><p class="note">Measured on {note}; '
-            f"log-spaced bins.</p>{_figure(figs, 'doc-lengths')}{_table(keys, [row], range(6))}</section>")
+    return (f'<section id="doc-lengths"><h2>{one.capitalize()} lengths (tokens)</h2><p class="note">Measured on '
+            f"{note}; log-spaced bins.</p>{_figure(figs, 'doc-lengths')}{_table(keys, [row], range(6))}</section>")
 
 
 def _shards(n: dict, figs: dict[str, Figure]) -> str:
@@ -249,7 +270,7 @@ def _samples(n: dict) -> str:
 def render_page(n: dict, figures: list[Figure], png_names: list[str]) -> str:
     figs = {f.name: f for f in figures}
     links = " · ".join(f'<a href="{esc(p)}">{esc(p)}</a>' for p in png_names)
-    sections = [_header(n), _totals(n), _progress(n), _doc_lengths(n, figs), _shards(n, figs), _tasks(n, figs),
+    sections = [_header(n), _totals(n), _chat(n), _progress(n), _doc_lengths(n, figs), _shards(n, figs), _tasks(n, figs),
                 _backends(n), _skipped(n), _tokenizer(n), _samples(n)]
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"

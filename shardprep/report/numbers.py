@@ -142,6 +142,24 @@ def skipped_numbers(out: Output) -> dict:
     return {"total": sum(by_reason.values()), "by_reason": dict(by_reason), "examples": examples}
 
 
+def chat_numbers(out: Output) -> dict:
+    """Chat data (issue 28): conversations, how many of their tokens are trained, and the conversations
+    skipped for the chat reasons; the options that decided the trained tokens when job.json is there."""
+    from shardprep.job.chat_encode import CHAT_SKIP_REASONS  # chat outputs only: the chat core's imports
+
+    done = out.done
+    tokens = sum(s.tokens for s in done)
+    trained = sum(s.trained_tokens or 0 for s in done)
+    o = out.chat_options
+    return {
+        "conversations": sum(s.documents for s in done), "tokens": tokens, "trained_tokens": trained,
+        "trained_share": trained / tokens if tokens else None,
+        "skipped": {r: sum(s.skipped.get(r, 0) for s in done) for r in CHAT_SKIP_REASONS},
+        "train_on": o.train_on if o else None, "train_thinking": o.train_thinking if o else None,
+        "messages_field": o.messages_field if o else None, "template": o.template_origin if o else None,
+    }
+
+
 def backend_numbers(out: Output) -> list[dict]:
     """One row per distinct (backend, version, requested, fallback reason), with the tasks that ran it."""
     groups: dict[tuple, list[int]] = defaultdict(list)
@@ -156,7 +174,7 @@ def build_numbers(out: Output, lengths: DocLengths, tokenizer: TokenizerBlock, s
                   now: float | None = None) -> dict:
     """Every number of the report, as one JSON-ready dict."""
     now = time.time() if now is None else now
-    return {
+    numbers = {
         "report_version": REPORT_VERSION, "output": out.location, "generated_at": now,
         "finalized": out.finalized, "layout": out.layout, "dtype": out.dtype, "chunk_tokens": out.chunk_tokens,
         "plan_fingerprint": out.fingerprint,
@@ -164,3 +182,6 @@ def build_numbers(out: Output, lengths: DocLengths, tokenizer: TokenizerBlock, s
         "doc_lengths": doc_length_numbers(lengths), "shards": shard_numbers(out), "tasks": task_numbers(out),
         "skipped": skipped_numbers(out), "backends": backend_numbers(out), "samples": samples,
     }
+    if out.chat:        # a text job's report keeps exactly its keys
+        numbers["chat"] = chat_numbers(out)
+    return numbers
