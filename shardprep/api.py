@@ -83,10 +83,9 @@ def _plan_job(inputs: Sequence[str | Path], output: Path, tokenizer: str | Path,
     previous = existing_plan(output / JOB_FILE)          # read once: the sizing to keep, the plan to compare
     sizing = choose_sizing(found, resolved, options, plan_options, task_slots,
                            previous if isinstance(previous, Job) and not overwrite else None)
-    backend_check = check_at_plan(resolved.json, backend=options.backend,
-                                  allow_special_tokens=options.allow_special_tokens,
-                                  fingerprint=resolved.info.fingerprint,
-                                  reference=resolved.reference(options.allow_special_tokens))
+    special = options.allow_special_tokens or options.chat is not None   # a chat render's markers are specials
+    backend_check = check_at_plan(resolved.json, backend=options.backend, allow_special_tokens=special,
+                                  fingerprint=resolved.info.fingerprint, reference=resolved.reference(special))
     plan = Plan(found, resolved, options, sizing, backend_check, recorded_storage(found, storage), chat_template)
     lustre: dict[str, Any] | None = None
     if prepare_dir is not None:

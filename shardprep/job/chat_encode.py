@@ -11,25 +11,37 @@ trained ranges (``shard.trained``).  What is skipped, and why, joins the text pa
 * ``empty``: the render has no tokens.
 
 A chat job's documents are whole conversations exactly as the template renders them: no BOS/EOS added.
+
+Ids follow the job's ``--backend`` as the text path's do (``tokenizer.backend``): ``auto`` tries a fast
+candidate, whose ids the encoder places with the byte-length table (so only where the tokenizer is
+byte-level BPE: ``open_chat_backend``), keeps a sample of rendered conversations with the ids it gave them
+(``SampledIds``) and lets the task compare them with ``tokenizers``'; the template's markers are special
+tokens, so every backend here matches special-token strings in the render.
 """
 
 from __future__ import annotations
 
+import copy
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from shardprep.chat.conversations import ChatRecordError, conversation_from_record
-from shardprep.chat.encoder import ChatEncoder, EncodedConversation
+from shardprep.chat.encoder import ChatEncoder, EncodedConversation, IdsBackend
 from shardprep.chat.render import ChatTemplateError
 from shardprep.chat.template import ChatTemplate
+from shardprep.errors import TokenizerError
 from shardprep.inputs.chat_records import Record, item_records
+from shardprep.inputs.fastpath import DocBatch
 from shardprep.inputs.readers import SKIP_REASONS, ReadOptions, SkipLog
-from shardprep.job.encode import Progress, StopFlag
+from shardprep.job.encode import Progress, Sampler, StopFlag
 from shardprep.job.options import ChatOptions
 from shardprep.job.schema import Task
+from shardprep.shard.provenance import CheckRecord
 from shardprep.shard.trained import Trained
 from shardprep.shard.writer import ShardWriter
+from shardprep.tokenizer.backend import AUTO_CANDIDATES, Backend, HFBackend, Opened, open_backend
 
 CHAT_SKIP_REASONS = ("bad_conversation", "template_refused")
 
@@ -41,10 +53,57 @@ def chat_skip_log(strict: bool) -> SkipLog:
 
 def chat_encoder(tok_json: str, template: ChatTemplate, chat: ChatOptions) -> ChatEncoder:
     """The task's encoder: ``tokenizers`` ids (the reference), placed by the byte-length table where the
-    tokenizer allows it, by offsets elsewhere."""
+    tokenizer allows it, by offsets elsewhere (a fast backend's ids: ``with_ids``)."""
     from tokenizers import Tokenizer
 
     return ChatEncoder(Tokenizer.from_str(tok_json), template, chat.train_on, chat.train_thinking)
+
+
+def chat_reference(tok_json: str, encoder: ChatEncoder, threads: int = 1) -> HFBackend:
+    """``hf`` as the chat encoder runs it (special tokens matched), sharing its already parsed tokenizer:
+    the reference a candidate's ids are compared with."""
+    return HFBackend(tok_json, allow_special_tokens=True, tokenizer=encoder.tokenizer, threads=threads)
+
+
+def open_chat_backend(requested: str, tok_json: str, reference: HFBackend, placeable: bool) -> Opened:
+    """What gives a chat task its ids: ``hf`` (``reference``) or a fast candidate, unchecked yet.
+
+    ``placeable``: the encoder has a byte-length table (byte-level BPE); without one a candidate's ids
+    could not be mapped to trained ranges, so ``auto`` stays ``hf`` (recorded like a candidate that did
+    not load) and a fast backend asked for by name fails the task."""
+    if requested == "hf":
+        return Opened(reference, requested, candidate=False)
+    if not placeable:
+        why = "chat ids are placed by a byte-length table, which only a byte-level BPE tokenizer has"
+        if requested != "auto":
+            raise TokenizerError(f"--backend={requested}: {why}", hint="use --backend auto or --backend hf")
+        return Opened(reference, requested, candidate=False,
+                      load_failure=CheckRecord(False, candidate=AUTO_CANDIDATES[0], reason=why))
+    opened = open_backend(requested, tok_json, allow_special_tokens=True)
+    return opened if opened.candidate else replace(opened, backend=reference)
+
+
+class SampledIds:
+    """A candidate backend's ids for the chat encoder, with a sample of the rendered conversations and the
+    ids it gave them kept for the check (the text path's ``Sampler``: the first batch's, and the first and
+    last of every later one)."""
+
+    def __init__(self, backend: Backend):
+        self.backend = backend
+        self.sampler = Sampler()
+
+    def encode_batch(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        flat, lengths = self.backend.encode_batch(texts)
+        self.sampler.take(DocBatch(len(texts), strs=texts), flat, lengths)
+        return flat, lengths
+
+
+def with_ids(encoder: ChatEncoder, ids: IdsBackend | None) -> ChatEncoder:
+    """``encoder`` taking its ids from ``ids`` (None: ``tokenizers``), sharing its tokenizer, template and
+    byte-length table (building those again costs more than a small task's encoding)."""
+    out = copy.copy(encoder)
+    out.ids_backend = ids if encoder.byte_lengths is not None else None
+    return out
 
 
 class ChatTaskEncoder:

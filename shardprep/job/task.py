@@ -19,7 +19,7 @@ import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from shardprep.errors import InputDataError
 from shardprep.inputs.planned import changed_since_planned, connect_ahead
@@ -48,6 +48,9 @@ from shardprep.storage.atomic import remove_stale_temps, write_json_atomic
 from shardprep.storage.locations import is_url
 from shardprep.storage.objects import READS, ReadCounts
 from shardprep.tokenizer.backend import BACKENDS, Backend, Opened, backend_record, check_candidate, open_backend
+
+if TYPE_CHECKING:  # pragma: no cover
+    from shardprep.chat.encoder import ChatEncoder
 
 log = logging.getLogger(__name__)
 
@@ -214,23 +217,41 @@ def _write_text_shard(ctx: _Context, stop: StopFlag, progress: ProgressFn | None
 
 def _write_chat_shard(ctx: _Context, stop: StopFlag, progress: ProgressFn | None) -> Written:
     """Steps 3-4 for chat data (``job.chat_encode``): conversations rendered with the plan's frozen template,
-    their ids (``tokenizers``, the reference) and trained ranges written in this process."""
-    import tokenizers
-
-    from shardprep.job.chat_encode import ChatTaskEncoder, chat_encoder, chat_skip_log
+    their ids from the backend asked for (as the text path's: a fast candidate checked against
+    ``tokenizers`` on sampled renders; under ``auto``, written again with hf when they differ), their
+    trained ranges written in this process."""
+    from shardprep.job.chat_encode import chat_encoder, chat_reference, open_chat_backend
     from shardprep.job.chat_plan import frozen_template
+
+    opts = ctx.job.options
+    assert opts.chat is not None
+    encoder = chat_encoder(ctx.tok_json, frozen_template(ctx.output, opts.chat), opts.chat)
+    reference = chat_reference(ctx.tok_json, encoder, ctx.parallelism.threads)
+    opened = open_chat_backend(opts.backend, ctx.tok_json, reference, placeable=encoder.byte_lengths is not None)
+    written = _write_chat(ctx, encoder, opened, reference, stop, progress)
+    if written.shard is None:               # auto: the candidate's ids differ from hf's; written again with hf
+        again = _write_chat(ctx, encoder, Opened(reference, opts.backend, candidate=False), reference, stop, progress)
+        written = replace(again, record=written.record)
+    return written
+
+
+def _write_chat(ctx: _Context, encoder: ChatEncoder, opened: Opened, reference: Backend, stop: StopFlag,
+                progress: ProgressFn | None) -> Written:
+    """One encoding of a chat task with ``opened``'s ids (``Written.shard`` None: they differed from hf's)."""
+    from shardprep.job.chat_encode import ChatTaskEncoder, SampledIds, chat_skip_log, with_ids
 
     job, opts = ctx.job, ctx.job.options
     assert opts.chat is not None
-    encoder = chat_encoder(ctx.tok_json, frozen_template(ctx.output, opts.chat), opts.chat)
-    record = BackendRecord("hf", tokenizers.__version__, requested=opts.backend)
-    log.info(logs.BACKEND, ctx.work.index, record)
+    ids = SampledIds(opened.backend) if opened.candidate else None
+    log.info(logs.BACKEND + " (%s)", ctx.work.index, opened.backend.describe(),
+             "checked against hf as it encodes" if opened.candidate else "the reference")
     skips = chat_skip_log(opts.strict)
     with ShardWriter(ctx.output / shard_name(ctx.work.index), task=ctx.work.index, layout=opts.layout,
                      dtype=job.tokenizer.dtype, chunk_tokens=opts.chunk_tokens, chat=True) as writer:
-        ChatTaskEncoder(encoder, opts.chat).encode(ctx.work, opts, writer, stop,
-                                                   Progress(ctx.work.index, ctx.work.input_bytes, progress), skips)
-        return Written(writer.close(), skips, record)
+        counted = Progress(ctx.work.index, ctx.work.input_bytes, progress)
+        ChatTaskEncoder(with_ids(encoder, ids), opts.chat).encode(ctx.work, opts, writer, stop, counted, skips)
+        shard, record = _settle(ctx, opened, ids.sampler if ids else None, writer, counted, reference, special=True)
+        return Written(shard, skips, record)
 
 
 def _load(output: Path, job: Job, task: int, threads: int | None) -> _Context:
@@ -261,9 +282,11 @@ def _remove_stale(output: Path, task: int, attempted: bool) -> None:
         stale.unlink(missing_ok=True)
 
 
-def _reference(ctx: _Context) -> Backend:
-    """``hf`` as the task runs it (on its threads): the reference a candidate is checked against."""
-    return BACKENDS["hf"](ctx.tok_json, ctx.job.options.allow_special_tokens, threads=ctx.parallelism.threads)
+def _reference(ctx: _Context, special: bool | None = None) -> Backend:
+    """``hf`` as the task runs it (on its threads): the reference a candidate is checked against;
+    ``special``: whether special-token strings are matched (default: the job's ``--allow-special-tokens``)."""
+    allow = ctx.job.options.allow_special_tokens if special is None else special
+    return BACKENDS["hf"](ctx.tok_json, allow, threads=ctx.parallelism.threads)
 
 
 def _encoder(ctx: _Context, backend: Backend, meanwhile: Callable[[], None] | None) -> Encoder:
@@ -296,19 +319,29 @@ def _write_shard(ctx: _Context, opened: Opened, stop: StopFlag, progress: Progre
                        Progress(ctx.work.index, ctx.work.input_bytes, progress),
                        Sampler() if opened.candidate else None, SkipLog(strict=opts.strict))
         encoded = _encoder(ctx, opened.backend, load_reference if opened.candidate else None).encode(enc)
-        check = None
-        if enc.sampler is not None:
-            check = check_candidate(opened, ctx.tok_json, allow_special_tokens=opts.allow_special_tokens,
-                                    sample_texts=enc.sampler.first, recorded=enc.sampler.recorded,
-                                    plan_check=job.backend_check, fingerprint=job.tokenizer.fingerprint,
-                                    reference=reference[0] if reference else _reference(ctx))
-        record = backend_record(opened, check)
-        log.info(logs.BACKEND, ctx.work.index, record)
-        if record.name != opened.backend.name:
-            writer.abort()
-            enc.progress.undo()
-            return Written(None, enc.skips, record, encoded.workers_rss)
-        return Written(writer.close(), enc.skips, record, encoded.workers_rss)
+        shard, record = _settle(ctx, opened, enc.sampler, writer, enc.progress, reference[0] if reference else None,
+                                special=opts.allow_special_tokens)
+        return Written(shard, enc.skips, record, encoded.workers_rss)
+
+
+def _settle(ctx: _Context, opened: Opened, sampler: Sampler | None, writer: ShardWriter, progress: Progress,
+            reference: Backend | None, special: bool) -> tuple[ShardResult | None, BackendRecord]:
+    """Step 4: a candidate's ids compared with hf's (``reference``) on the documents ``sampler`` kept; the
+    shard published when they match or hf wrote it, else dropped and its progress taken back (under
+    ``auto``; a candidate asked for by name fails the task: ``backend_record``)."""
+    check = None
+    if sampler is not None:
+        check = check_candidate(opened, ctx.tok_json, allow_special_tokens=special, sample_texts=sampler.first,
+                                recorded=sampler.recorded, plan_check=ctx.job.backend_check,
+                                fingerprint=ctx.job.tokenizer.fingerprint,
+                                reference=reference or _reference(ctx, special))
+    record = backend_record(opened, check)
+    log.info(logs.BACKEND, ctx.work.index, record)
+    if record.name != opened.backend.name:
+        writer.abort()
+        progress.undo()
+        return None, record
+    return writer.close(), record
 
 
 def _remote_reads(work: Task, counts: ReadCounts) -> RemoteReads | None:
