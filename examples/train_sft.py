@@ -34,7 +34,9 @@ from shardprep.loader import ShardDataset, make_dataloader
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data", required=True, help="a finalized chat output (shardprep submit --chat), or its URL")
+    p.add_argument("--data", required=True, help="a finalized chat output (shardprep submit --chat), its URL, or a "
+                   "mixture spec (.json/.yaml) of chat and pretraining outputs (with --total-tokens)")
+    p.add_argument("--total-tokens", type=float, default=None, help="a mixture's token budget")
     p.add_argument("--seq-len", type=int, default=512, help="tokens per packed row")
     p.add_argument("--batch-size", type=int, default=4, help="rows per batch per rank")
     p.add_argument("--num-workers", type=int, default=0, help="DataLoader workers per rank")
@@ -56,7 +58,8 @@ def open_data(args: argparse.Namespace) -> ShardDataset:
     """The chat dataset; a refusal (not chat data, a bad option) is one line and its exit code."""
     try:
         ds = ShardDataset(args.data, mode="pack", seq_len=args.seq_len, seed=args.seed, return_position_ids=True,
-                          return_doc_info=args.record is not None, overflow=args.overflow)
+                          return_doc_info=args.record is not None, overflow=args.overflow,
+                          total_tokens=None if args.total_tokens is None else int(args.total_tokens))
     except ShardprepError as e:
         print(f"{Path(sys.argv[0]).name}: error: {e}", file=sys.stderr)
         raise SystemExit(e.exit_code) from None
@@ -130,8 +133,11 @@ def open_record(directory: str | None, rank: int):
 def row_record(batch: dict, epoch: int, step: int) -> dict:
     """The conversations of each row (global document ids, padding's -1 left out) and its labelled tokens."""
     docs = [sorted({int(d) for d in row.tolist() if d >= 0}) for row in batch["doc_ids"]]
-    return {"epoch": epoch, "step": step, "units": batch["unit_ids"].tolist(), "docs": docs,
-            "labelled": [int((row != -100).sum()) for row in batch["labels"]]}
+    rec = {"epoch": epoch, "step": step, "units": batch["unit_ids"].tolist(), "docs": docs,
+           "labelled": [int((row != -100).sum()) for row in batch["labels"]]}
+    if "source_ids" in batch:                # a mixture (--data mix.yaml): the source of every row
+        rec["sources"] = batch["source_ids"].tolist()
+    return rec
 
 
 def report(rank: int, step: int, labelled: int, tokens: int, ds: ShardDataset, device: torch.device) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 import orjson
 import pytest
 from helpers import run_cli
-from loader_helpers import equal_steps, records, run_torchrun, torchrun_summary
+from loader_helpers import equal_steps, make_dataset, records, run_torchrun, torchrun_summary
 
 from shardprep.demo_data import sample_documents
 
@@ -77,3 +77,19 @@ def test_packed_chat_rows_equal_steps_and_resume_from_two_to_three_ranks(chat_ou
     again = conversations_seen(tmp_path / "resumed", 2) + conversations_seen(tmp_path / "resumed3", 3)
     assert len(again) == len(set(again)), "a conversation was read twice across the resume"
     assert set(conversations_seen(tmp_path / "resumed", 2)) <= set(seen)      # the same order before the stop
+
+
+def test_a_chat_and_pretraining_mixture_keeps_its_token_shares_on_two_ranks(chat_output, tmp_path,
+                                                                         sample_tokenizer):
+    text = make_dataset(tmp_path / "text", sample_tokenizer, [200, 150], seed=3)
+    spec = tmp_path / "mix.json"
+    spec.write_text(json.dumps({"sources": [{"name": "sft", "path": str(chat_output), "weight": 0.25},
+                                            {"name": "web", "path": str(text), "weight": 0.75}]}))
+    summary = torchrun(2, spec, tmp_path / "mix", "--total-tokens", str(SEQ * 400))
+    equal_steps(summary)
+    rows = [(src, n) for rank in records(tmp_path / "mix", 2) for batch in rank
+            for src, n in zip(batch["sources"], batch["labelled"])]
+    chat_rows = [n for src, n in rows if src == 0]
+    assert abs(len(chat_rows) / len(rows) - 0.25) < 0.02        # rows (seq_len tokens each) by weight
+    assert all(0 < n < SEQ for n in chat_rows)                   # chat rows: prompts and padding unlabelled
+    assert all(n >= SEQ - 1 for src, n in rows if src == 1)     # pretraining rows: every token a target
