@@ -198,5 +198,7 @@ def require_chat_field(inputs: Iterable[InputFile], field: str | None) -> None:
     problems = [p for p in (chat_problem(i, field) for i in inputs) if p is not None]
     if problems:
         more = f" (and {len(problems) - 1:,} more input(s) like it)" if len(problems) > 1 else ""
-        raise InputDataError(problems[0] + more, hint="name the field that holds the conversation with "
-                                                      "--messages-field")
+        hint = ("write the conversations as jsonl records ({\"messages\": [...]}), or plan the text without --chat"
+                if "a text file holds no records" in problems[0] else
+                "name the field that holds the conversation with --messages-field")
+        raise InputDataError(problems[0] + more, hint=hint)
