@@ -22,7 +22,8 @@ import numpy as np
 import orjson
 from tokenizers import Encoding, Tokenizer
 
-from shardprep.chat.render import ChatTemplateError, Renderer, Tools
+from shardprep.chat.render import ChatTemplateError, Renderer, Span, Tools
+from shardprep.chat.segments import SegmentPlacer
 from shardprep.chat.spans import SpanRule, TrainedText
 from shardprep.chat.template import ChatTemplate
 from shardprep.chat.tokens import ByteLengths, byte_spans, trained_token_ranges
@@ -67,10 +68,18 @@ class ChatEncoder:
         self.tokenizer = tokenizer
         self.renderer = Renderer(template, template_kwargs)
         self.rule = SpanRule(self.renderer, mode, thinking)
-        if byte_lengths is True:
-            byte_lengths = ByteLengths.from_tokenizer_json(orjson.loads(tokenizer.to_str()))
-        self.byte_lengths = byte_lengths or None
-        self.ids_backend = ids_backend if self.byte_lengths is not None else None
+        spec = orjson.loads(tokenizer.to_str()) if byte_lengths is True else None
+        if spec is not None:
+            byte_lengths = ByteLengths.from_tokenizer_json(spec)
+        self.byte_lengths: ByteLengths | None = byte_lengths if isinstance(byte_lengths, ByteLengths) else None
+        # without a byte table (SentencePiece-style), ids are placed by the segments between added tokens
+        self.segments = SegmentPlacer.from_tokenizer_json(spec) if spec is not None and not self.byte_lengths else None
+        self.ids_backend = ids_backend if self.placeable else None
+
+    @property
+    def placeable(self) -> bool:
+        """Whether ids alone (a fast backend's, or ``tokenizers``' without offsets) can be placed."""
+        return self.byte_lengths is not None or self.segments is not None
 
     def trained_text(self, messages: Sequence[Mapping[str, Any]], tools: Tools = None) -> TrainedText:
         """The rendered text and its trained character spans (raises ChatTemplateError)."""
@@ -94,8 +103,8 @@ class ChatEncoder:
         return results
 
     def _ids(self, texts: list[str]) -> list[np.ndarray | Encoding]:
-        """Ids alone when byte lengths can place them (no offsets to build), else full encodings."""
-        if self.byte_lengths is None:
+        """Ids alone when they can be placed (no offsets to build), else full encodings."""
+        if not self.placeable:
             return list(self.tokenizer.encode_batch(texts, add_special_tokens=False))
         if self.ids_backend is not None:
             flat, lengths = self.ids_backend.encode_batch(texts)
@@ -107,12 +116,20 @@ class ChatEncoder:
 
     def _encoded(self, trained: TrainedText, ids: np.ndarray | Encoding) -> EncodedConversation:
         if isinstance(ids, np.ndarray):
-            spans = self.byte_lengths.token_spans(ids, trained.text) if self.byte_lengths is not None else None
-            if spans is not None:
-                return EncodedConversation(ids, trained_token_ranges(spans, byte_spans(trained.text, trained.spans)))
+            placed = self._place(ids, trained)
+            if placed is not None:
+                return EncodedConversation(ids, trained_token_ranges(*placed))
             ids = self.tokenizer.encode(trained.text, add_special_tokens=False)
         offsets = np.asarray(ids.offsets, dtype=np.int64).reshape(-1, 2)
         return EncodedConversation(np.asarray(ids.ids, dtype=ID_DTYPE), trained_token_ranges(offsets, trained.spans))
+
+
+    def _place(self, ids: np.ndarray, trained: TrainedText) -> tuple[np.ndarray, list[Span]] | None:
+        """(token spans, trained spans) in one unit, from ids alone; None: offsets decide."""
+        if self.byte_lengths is not None:
+            spans = self.byte_lengths.token_spans(ids, trained.text)
+            return None if spans is None else (spans, byte_spans(trained.text, trained.spans))
+        return self.segments.place(ids, trained.text, trained.spans) if self.segments is not None else None
 
 
 _PENDING = ChatTemplateError("(internal: not yet encoded)")

@@ -68,13 +68,15 @@ def chat_reference(tok_json: str, encoder: ChatEncoder, threads: int = 1) -> HFB
 def open_chat_backend(requested: str, tok_json: str, reference: HFBackend, placeable: bool) -> Opened:
     """What gives a chat task its ids: ``hf`` (``reference``) or a fast candidate, unchecked yet.
 
-    ``placeable``: the encoder has a byte-length table (byte-level BPE); without one a candidate's ids
-    could not be mapped to trained ranges, so ``auto`` stays ``hf`` (recorded like a candidate that did
-    not load) and a fast backend asked for by name fails the task."""
+    ``placeable``: the encoder can place ids alone (a byte-level BPE's byte-length table, or the segments
+    between added tokens: ``chat.segments``); without that a candidate's ids could not be mapped to trained
+    ranges, so ``auto`` stays ``hf`` (recorded like a candidate that did not load) and a fast backend asked
+    for by name fails the task."""
     if requested == "hf":
         return Opened(reference, requested, candidate=False)
     if not placeable:
-        why = "chat ids are placed by a byte-length table, which only a byte-level BPE tokenizer has"
+        why = ("chat ids are placed by a byte-length table (byte-level BPE) or by the segments between added "
+               "tokens (added tokens matched on the raw text), and this tokenizer has neither")
         if requested != "auto":
             raise TokenizerError(f"--backend={requested}: {why}", hint="use --backend auto or --backend hf")
         return Opened(reference, requested, candidate=False,
@@ -102,7 +104,7 @@ def with_ids(encoder: ChatEncoder, ids: IdsBackend | None) -> ChatEncoder:
     """``encoder`` taking its ids from ``ids`` (None: ``tokenizers``), sharing its tokenizer, template and
     byte-length table (building those again costs more than a small task's encoding)."""
     out = copy.copy(encoder)
-    out.ids_backend = ids if encoder.byte_lengths is not None else None
+    out.ids_backend = ids if encoder.placeable else None
     return out
 
 

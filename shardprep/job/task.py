@@ -227,7 +227,7 @@ def _write_chat_shard(ctx: _Context, stop: StopFlag, progress: ProgressFn | None
     assert opts.chat is not None
     encoder = chat_encoder(ctx.tok_json, frozen_template(ctx.output, opts.chat), opts.chat)
     reference = chat_reference(ctx.tok_json, encoder, ctx.parallelism.threads)
-    opened = open_chat_backend(opts.backend, ctx.tok_json, reference, placeable=encoder.byte_lengths is not None)
+    opened = open_chat_backend(opts.backend, ctx.tok_json, reference, placeable=encoder.placeable)
     written = _write_chat(ctx, encoder, opened, reference, stop, progress)
     if written.shard is None:               # auto: the candidate's ids differ from hf's; written again with hf
         again = _write_chat(ctx, encoder, Opened(reference, opts.backend, candidate=False), reference, stop, progress)

@@ -1,7 +1,8 @@
-"""A chat task's ids follow ``--backend`` as a text task's do: ``auto`` takes gigatoken's ids where the
-tokenizer is byte-level BPE (its byte-length table places them) and they match ``tokenizers`` on the
-sampled renders, writing exactly the bytes ``--backend hf`` writes; one differing id sends the task back
-to hf with the reason in the sidecar; a SentencePiece tokenizer stays hf."""
+"""A chat task's ids follow ``--backend`` as a text task's do: ``auto`` takes gigatoken's ids where they can
+be placed (a byte-level BPE's byte-length table, or a SentencePiece-style tokenizer's segments between added
+tokens) and they match ``tokenizers`` on the sampled renders, writing exactly the bytes ``--backend hf``
+writes; one differing id sends the task back to hf with the reason in the sidecar; a tokenizer whose ids
+cannot be placed stays hf."""
 
 from __future__ import annotations
 
@@ -31,9 +32,9 @@ def _conversations(path: Path, n: int = 60) -> Path:
     return path
 
 
-def _plan(tmp: Path, pair: str, backend: str, name: str) -> Path:
+def _plan(tmp: Path, pair: str, backend: str, name: str, tokenizer: Path | None = None) -> Path:
     tok, template, _, _ = PAIRS[pair]
-    tokenizer, chat_template = TOKENIZERS / tok / "tokenizer.json", CHAT / template
+    tokenizer, chat_template = tokenizer or TOKENIZERS / tok / "tokenizer.json", CHAT / template
     if not tokenizer.is_file() or not chat_template.is_file():
         pytest.skip("shared tokenizer or chat template missing")
     data = tmp / "conversations.jsonl"
@@ -53,7 +54,7 @@ def _run(out: Path) -> dict:
 
 
 @needs_gigatoken
-@pytest.mark.parametrize("pair", ["qwen3-markers", "qwen3-dolma2"])
+@pytest.mark.parametrize("pair", ["qwen3-markers", "qwen3-dolma2", "phi-3-markers", "phi-3"])
 def test_auto_uses_gigatoken_and_writes_hf_bytes(tmp_path, pair):
     auto = _run(_plan(tmp_path, pair, "auto", "auto"))
     hf = _run(_plan(tmp_path, pair, "hf", "hf"))
@@ -96,16 +97,23 @@ def test_one_differing_id_falls_back_to_hf(tmp_path, monkeypatch):
     assert sidecar["documents"] == hf["documents"] and sidecar["trained_tokens"] == hf["trained_tokens"]
 
 
-def test_sentencepiece_stays_hf(tmp_path):
-    """Whether gigatoken is installed or not: without a byte-length table its ids could not be placed."""
-    sidecar = _run(_plan(tmp_path, "phi-3-markers", "auto", "auto"))
+def test_ids_that_cannot_be_placed_stay_hf(tmp_path):
+    """Phi-3's tokenizer with its added tokens matched on normalized text: neither a byte table nor the
+    segments can place a fast backend's ids (whether gigatoken is installed or not)."""
+    spec = json.loads((TOKENIZERS / PAIRS["phi-3-markers"][0] / "tokenizer.json").read_text())
+    for entry in spec["added_tokens"]:
+        entry["normalized"] = True
+    tokenizer = tmp_path / "normalized" / "tokenizer.json"
+    tokenizer.parent.mkdir()
+    tokenizer.write_text(json.dumps(spec))
+    sidecar = _run(_plan(tmp_path, "phi-3-markers", "auto", "auto", tokenizer))
     rec = sidecar["backend"]
     assert rec["name"] == "hf" and rec["requested"] == "auto" and rec["check"]["passed"] is False
-    assert "byte-level BPE" in rec["fallback_reason"]
+    assert "has neither" in rec["fallback_reason"]
     assert sidecar["documents"] > 0 and sidecar["trained_tokens"] > 0
 
     # asked for by name, the fast backend refuses rather than writing ids it cannot place
-    explicit = _plan(tmp_path, "phi-3-markers", "gigatoken", "explicit")
+    explicit = _plan(tmp_path, "phi-3-markers", "gigatoken", "explicit", tokenizer)
     proc = run_cli("run-task", explicit, "--task-id", "0", check=6)
     assert "--backend=gigatoken: chat ids are placed by a byte-length table" in proc.stderr
     assert not list(explicit.glob("shard-*.tar"))
