@@ -272,7 +272,7 @@ def main() -> None:
     data = args.work / f"conversations-{args.conversations}.jsonl"
     meta = {"data": write_conversations(data, args.conversations), "core": core, "repeats": args.repeats,
             "machine": machine_info(), "datasets": _datasets_version()}
-    pairs = {pair: measure_pair(pair, data, args.work, core, args.repeats, hf_too=pair.startswith("byte"))
+    pairs = {pair: measure_pair(pair, data, args.work, core, args.repeats, hf_too=True)
              for pair in PAIRS}
     meta["load_avg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     results = {"meta": meta, "pairs": pairs}
