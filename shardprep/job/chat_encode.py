@@ -38,7 +38,7 @@ from shardprep.inputs.readers import SKIP_REASONS, ReadOptions, SkipLog
 from shardprep.job.encode import Progress, Sampler, StopFlag
 from shardprep.job.options import ChatOptions
 from shardprep.job.schema import Task
-from shardprep.shard.provenance import CheckRecord
+from shardprep.shard.provenance import CheckRecord, SkipExample
 from shardprep.shard.trained import Trained
 from shardprep.shard.writer import ShardWriter
 from shardprep.tokenizer.backend import AUTO_CANDIDATES, Backend, HFBackend, Opened, open_backend
@@ -124,9 +124,11 @@ class ChatTaskEncoder:
             path = item.input.path
             seen = _batch_log(skips)     # under --strict, the first batch with a skip fails the task
             for batch in item_records(item.input, item.work, read, seen):
+                mark = len(seen.examples)
                 kept, conversations, tools = self._conversations(batch.records, path, seen)
                 results = self.encoder.encode(conversations, tools) if conversations else []
                 flat, lengths, trained = _written(kept, results, path, seen)
+                seen.examples[mark:] = sorted(seen.examples[mark:], key=_place_in_file)   # lines, then records
                 _fail_on_first(seen, skips)
                 if len(lengths):
                     writer.add(flat, lengths, trained)
@@ -154,11 +156,16 @@ def _batch_log(skips: SkipLog) -> SkipLog:
     return chat_skip_log(False) if skips.strict else skips
 
 
+def _place_in_file(example: SkipExample) -> tuple[bool, int, int]:
+    """Where a skipped record was: by byte offset (text), else by line (a table's row)."""
+    return example.byte is None, example.byte or 0, example.line or 0
+
+
 def _fail_on_first(seen: SkipLog, skips: SkipLog) -> None:
     """Under --strict, fail (through ``skips``) on the batch's skip earliest in the file, if any."""
     if seen is skips or not seen.examples:
         return
-    first = min(seen.examples, key=lambda e: (e.byte is None, e.byte or 0, e.line or 0))
+    first = min(seen.examples, key=_place_in_file)
     skips.skip(first.reason, first.file, first.line, first.detail, byte=first.byte)
 
 
