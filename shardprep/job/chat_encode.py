@@ -123,18 +123,19 @@ class ChatTaskEncoder:
         for item in work.items:
             path = item.input.path
             seen = _batch_log(skips)     # under --strict, the first batch with a skip fails the task
+            mark = len(seen.examples)
             for batch in item_records(item.input, item.work, read, seen):
-                mark = len(seen.examples)
                 kept, conversations, tools = self._conversations(batch.records, path, seen)
                 results = self.encoder.encode(conversations, tools) if conversations else []
                 flat, lengths, trained = _written(kept, results, path, seen)
-                seen.examples[mark:] = sorted(seen.examples[mark:], key=_place_in_file)   # lines, then records
                 _fail_on_first(seen, skips)
                 if len(lengths):
                     writer.add(flat, lengths, trained)
                 progress(len(lengths), int(flat.size), batch.nbytes)
                 stop.check(work.index)
             _fail_on_first(seen, skips)      # a too-long last line ends the item without a batch
+            # the item's examples in file order (its lines' reasons are found before its records')
+            seen.examples[mark:] = sorted(seen.examples[mark:], key=_place_in_file)
 
     def _conversations(self, records: list[Record], path: str,
                        skips: SkipLog) -> tuple[list[Record], list[list[dict[str, Any]]], list[Any]]:
