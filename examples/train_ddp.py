@@ -133,26 +133,7 @@ def shutdown() -> None:
 def train(args: argparse.Namespace, ds: ShardDataset) -> None:
     """Train for the requested epochs (or steps), checkpoint, and report step counts to rank 0."""
     rank, world = dist.get_rank(), dist.get_world_size()
-    torch.manual_seed(1234)
-    device = torch.device("cpu")
-    if args.backend == "nccl":                           # one GPU per process
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
-        torch.cuda.set_device(device)
-
-    loader = make_dataloader(ds, batch_size=args.batch_size, num_workers=args.num_workers,
-                             pin_memory=device.type == "cuda")
-    vocab = ds.vocab_size or 65536
-    model = torch.nn.parallel.DistributedDataParallel(TinyLM(vocab).to(device),
-                                                      device_ids=[device.index] if device.type == "cuda" else None)
-    optim = torch.optim.AdamW(model.parameters(), lr=1e-3)
-
-    start_epoch, step = 0, 0
-    if args.resume:
-        ckpt = torch.load(args.resume, map_location="cpu", weights_only=False)
-        model.module.load_state_dict(ckpt["model"])
-        optim.load_state_dict(ckpt["optim"])
-        loader.load_state_dict(ckpt["loader"])          # may come from another world size
-        start_epoch, step = ckpt["loader"]["epoch"], ckpt["step"]
+    loader, model, optim, device, start_epoch, step = setup(args, ds)
 
     record = None
     if args.record:
@@ -182,6 +163,31 @@ def train(args: argparse.Namespace, ds: ShardDataset) -> None:
     if args.checkpoint:
         save(args.checkpoint, model, optim, loader, step, rank)
     finish(record, rank, world, steps_per_epoch, loader, args, stopped=False)
+
+
+def setup(args: argparse.Namespace, ds: ShardDataset):
+    """The device (one GPU per process with nccl), the rank's loader, the DDP model and its optimizer, and
+    where training starts: ``--resume`` restores all three (the loader's state may come from another world
+    size).  Returns ``(loader, model, optim, device, start_epoch, step)``; examples/train_sft.py shares it."""
+    torch.manual_seed(1234)
+    device = torch.device("cpu")
+    if args.backend == "nccl":                           # one GPU per process
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+        torch.cuda.set_device(device)
+    loader = make_dataloader(ds, batch_size=args.batch_size, num_workers=args.num_workers,
+                             pin_memory=device.type == "cuda")
+    vocab = ds.vocab_size or 65536
+    model = torch.nn.parallel.DistributedDataParallel(TinyLM(vocab).to(device),
+                                                      device_ids=[device.index] if device.type == "cuda" else None)
+    optim = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    start_epoch, step = 0, 0
+    if args.resume:
+        ckpt = torch.load(args.resume, map_location="cpu", weights_only=False)
+        model.module.load_state_dict(ckpt["model"])
+        optim.load_state_dict(ckpt["optim"])
+        loader.load_state_dict(ckpt["loader"])          # may come from another world size
+        start_epoch, step = ckpt["loader"]["epoch"], ckpt["step"]
+    return loader, model, optim, device, start_epoch, step
 
 
 def save(path: str | None, model, optim, loader, step: int, rank: int) -> None:

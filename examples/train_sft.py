@@ -19,17 +19,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 from steplog import StepLog, add_log_every
-from train_ddp import TinyLM, finish, save, shutdown
+from train_ddp import finish, save, setup, shutdown
 
 from shardprep.errors import ShardprepError
-from shardprep.loader import ShardDataset, make_dataloader
+from shardprep.loader import ShardDataset
 
 
 def parse_args() -> argparse.Namespace:
@@ -76,23 +75,7 @@ def main() -> None:
 
 def train(args: argparse.Namespace, ds: ShardDataset) -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
-    torch.manual_seed(1234)
-    device = torch.device("cpu")
-    if args.backend == "nccl":
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
-        torch.cuda.set_device(device)
-    loader = make_dataloader(ds, batch_size=args.batch_size, num_workers=args.num_workers,
-                             pin_memory=device.type == "cuda")
-    model = torch.nn.parallel.DistributedDataParallel(TinyLM(ds.vocab_size or 65536).to(device),
-                                                      device_ids=[device.index] if device.type == "cuda" else None)
-    optim = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    start_epoch, step = 0, 0
-    if args.resume:
-        ckpt = torch.load(args.resume, map_location="cpu", weights_only=False)
-        model.module.load_state_dict(ckpt["model"])
-        optim.load_state_dict(ckpt["optim"])
-        loader.load_state_dict(ckpt["loader"])
-        start_epoch, step = ckpt["loader"]["epoch"], ckpt["step"]
+    loader, model, optim, device, start_epoch, step = setup(args, ds)
     log = StepLog(args.log_every, rank=rank, world=world)
     record = open_record(args.record, rank)
     labelled = tokens = 0
