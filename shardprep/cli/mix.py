@@ -72,7 +72,8 @@ def lines(s: dict) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     from shardprep.errors import ConfigError
-    from shardprep.loader.layout import layout_of
+    from shardprep.loader.chatrows import chat_rows
+    from shardprep.loader.layout import ConversationPacking, Pack, layout_of
     from shardprep.loader.mixture import load_spec, mixture_spec, open_mixture
 
     if args.seq_len < 1 or args.rows < 0 or args.seed < 0:
@@ -83,6 +84,10 @@ def run(args: argparse.Namespace) -> int:
     assert spec is not None
     layout = layout_of(args.mode, args.seq_len if args.mode != "doc" else None)
     mix = open_mixture(spec, layout=layout, seed=args.seed)
+    if isinstance(layout, Pack):        # a chat source's rows are its packed conversations, as the loader counts
+        for n, index in enumerate(mix.indexes):
+            if index.record is not None and index.record.chat:
+                mix.use_rows(n, chat_rows(index, layout.seq_len, ConversationPacking(), {}).rows)
     summary = mix.summary(args.rows)
     if args.json:
         import orjson

@@ -293,3 +293,20 @@ def test_a_mixture_resumes_on_another_world_size_with_the_same_rows(tmp_path_fac
     positions = [u for u, _ in first + second]
     assert len(positions) == len(set(positions)) and len(reference) - len(positions) < 3 * 2
     assert all(reference[u] == row for u, row in first + second)
+
+
+def test_mix_counts_a_chat_sources_rows_as_the_loader_does(tmp_path):
+    """`shardprep mix` sizes a chat source by its packed rows (not tokens // seq_len), so its epochs agree."""
+    import json as _json
+
+    from helpers import run_cli
+
+    chat = chat_corpus(tmp_path / "chat", [lognormal_lengths(np.random.default_rng(3), 300, median=120, hi=900)])
+    spec = tmp_path / "mix.json"
+    spec.write_text(_json.dumps({"sources": [{"name": "sft", "path": str(chat.root), "weight": 1.0}]}))
+    got = _json.loads(run_cli("mix", spec, "--seq-len", "256", "--json").stdout)
+    ds = ShardDataset(spec, mode="pack", seq_len=256, seed=0)
+    expected = ds.mixture.table()
+    assert [r["epochs"] for r in got["sources"]] == [r["epochs"] for r in expected]
+    tokens = sum(len(c.ids) for c in chat.all)
+    assert ds.chat_rows[0].rows != tokens // 256     # truncation and padding: not what the token count makes
