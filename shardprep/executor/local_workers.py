@@ -38,6 +38,7 @@ _WATCHDOG_POLL_S = 0.5
 # Set in each worker by ``init_worker``.  Neither needs a lock, on purpose: a worker killed while holding
 # a shared lock (a multiprocessing Queue's or Event's) would deadlock the parent that stops it.
 _parent_pid = 0
+_direct_parent = 0           # the fork server the worker came from (its parent pid at start)
 _events: Any = None          # write end of a pipe to the parent; messages < PIPE_BUF are written atomically
 _stop: Any = None            # shared byte (RawValue): 1 once the parent is stopping the pool
 
@@ -48,13 +49,27 @@ def stopping() -> bool:
     return _stop is not None and bool(_stop.value)
 
 
-def init_worker(parent_pid: int, events: Any, stop: Any) -> None:
-    """ProcessPoolExecutor initializer: tie this worker's life to ``parent_pid``."""
-    global _parent_pid, _events, _stop
+def init_worker(parent_pid: int, events: Any, stop: Any, environ: dict[str, str] | None = None,
+                cwd: str | None = None) -> None:
+    """ProcessPoolExecutor initializer: tie this worker's life to ``parent_pid`` (the process that runs the
+    pool), and give it that process's environment and working directory as they are now.
+
+    Workers are forked from a fork server (``executor.local``) started once per process: a worker inherits
+    the server's environment, which may be older than the pool's (a test, or a long-lived process that
+    imports shardprep), so the pool's own is passed here.  The kernel's PDEATHSIG follows the worker's
+    parent, the server, which itself dies with the pool's process (``executor.forkserver_guard``); the
+    pool's process is also watched by pid."""
+    global _parent_pid, _direct_parent, _events, _stop
     _parent_pid, _events, _stop = parent_pid, events, stop
+    _direct_parent = os.getppid()
+    if environ is not None and environ != dict(os.environ):
+        os.environ.clear()
+        os.environ.update(environ)
+    if cwd is not None:
+        os.chdir(cwd)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if not _die_with_parent():
-        threading.Thread(target=_watch_parent, name="parent-watchdog", daemon=True).start()
+    _die_with_parent()
+    threading.Thread(target=_watch_parent, name="parent-watchdog", daemon=True).start()
     if _parent_gone():  # the parent died before the kernel knew whom to watch
         os._exit(EXIT_REQUEUE)
 
@@ -73,11 +88,27 @@ def _die_with_parent() -> bool:
 
 
 def _parent_gone() -> bool:
-    return os.getppid() != _parent_pid
+    """The pool's process is gone: our own parent changed (orphaned), or its pid is gone or a zombie."""
+    if os.getppid() != _direct_parent:
+        return True
+    try:
+        with open(f"/proc/{_parent_pid}/stat", "rb") as f:
+            return f.read().rpartition(b")")[2].split()[0] in (b"Z", b"X")
+    except FileNotFoundError:
+        return True
+    except OSError:             # no /proc: ask the kernel whether the pid exists
+        try:
+            os.kill(_parent_pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            pass
+        return False
 
 
 def _watch_parent() -> None:
-    """Where there is no PDEATHSIG: poll the parent pid and send ourselves SIGTERM once it changed."""
+    """Poll the pool's process and send ourselves SIGTERM once it is gone (a second line of defence: PDEATHSIG
+    follows the fork server, and does not exist outside Linux)."""
     while not _parent_gone():
         time.sleep(_WATCHDOG_POLL_S)
     os.kill(os.getpid(), signal.SIGTERM)
