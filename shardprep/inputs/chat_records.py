@@ -13,12 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-import orjson
-
 from shardprep.inputs.blocks import LongLine, item_blocks
 from shardprep.inputs.discover import InputFile
 from shardprep.inputs.planned import OpenInput, rows_then_check
-from shardprep.inputs.readers import ReadOptions, SkipLog, WorkItem, beyond_double, block_lines
+from shardprep.inputs.readers import ReadOptions, SkipLog, WorkItem, block_lines, jsonl_object
 
 # Columns a conversation may use (``chat.conversations``): a table is read with these only.
 CHAT_COLUMNS = ("messages", "conversations", "prompt", "completion", "tools")
@@ -60,33 +58,11 @@ def item_records(inp: InputFile, item: WorkItem, opts: ReadOptions, skips: SkipL
             lineno = None if lineno is None else lineno + 1
             continue
         lines = list(block_lines(piece.data, piece.start, lineno, limit, piece.terminated, path, skips))
-        records = [r for r in (_parse(raw, path, line, byte, skips) for line, byte, raw in lines) if r is not None]
+        records = [Record(obj, line, byte) for line, byte, raw in lines
+                   if (obj := jsonl_object(raw, path, line, byte, skips)) is not None]
         n = piece.data.count(b"\n") + (0 if piece.terminated else 1)
         lineno = None if lineno is None else lineno + n
         yield RecordBatch(records, len(piece.data))
-
-
-def _parse(raw: bytes, path: str, line: int | None, byte: int, skips: SkipLog) -> Record | None:
-    """One jsonl line as a record, or None after counting why it is not one (the text path's reasons)."""
-    if not raw or raw.isspace():
-        skips.skip("empty", path, line, "blank line", byte=byte)
-        return None
-    try:
-        value = orjson.loads(raw)
-    except orjson.JSONDecodeError as e:
-        value, detail = beyond_double(raw, str(e))
-        if value is None:
-            try:
-                raw.decode("utf-8")
-            except UnicodeDecodeError:
-                skips.skip("invalid_utf8", path, line, byte=byte)
-                return None
-            skips.skip("malformed_json", path, line, detail, byte=byte)
-            return None
-    if type(value) is not dict:
-        skips.skip("malformed_json", path, line, f"expected a JSON object, got {type(value).__name__}", byte=byte)
-        return None
-    return Record(value, line, byte)
 
 
 def _rows(table_batches: Iterator[tuple[int, Any]]) -> Iterator[RecordBatch]:

@@ -182,25 +182,33 @@ def paragraph_docs(lines: Lines, path: str, limit: int, skips: SkipLog) -> Itera
         yield "\n".join(parts)
 
 
+def jsonl_object(raw: bytes, path: str, line: int | None, byte: int, skips: SkipLog) -> dict[str, Any] | None:
+    """One jsonl line as its object, or None once the reason it is not one is counted (a blank line, invalid
+    UTF-8, malformed JSON, a value that is not an object): the policy for every reader of jsonl records."""
+    if not raw or raw.isspace():
+        skips.skip("empty", path, line, "blank line", byte=byte)
+        return None
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        obj, detail = beyond_double(raw, str(e))
+        if obj is None:
+            if not _is_utf8(raw):
+                skips.skip("invalid_utf8", path, line, byte=byte)
+            else:
+                skips.skip("malformed_json", path, line, detail, byte=byte)
+            return None
+    if type(obj) is not dict:  # orjson only builds plain dicts
+        skips.skip("malformed_json", path, line, f"expected a JSON object, got {type(obj).__name__}", byte=byte)
+        return None
+    return obj
+
+
 def jsonl_docs(lines: Lines, path: str, key: str, skips: SkipLog) -> Iterator[str]:
     """One JSON object per line; the document is its string field ``key``."""
-    loads = orjson.loads
     for line, byte, raw in lines:
-        if not raw or raw.isspace():
-            skips.skip("empty", path, line, "blank line", byte=byte)
-            continue
-        try:
-            obj = loads(raw)
-        except orjson.JSONDecodeError as e:
-            obj, detail = beyond_double(raw, str(e))
-            if obj is None:
-                if not _is_utf8(raw):
-                    skips.skip("invalid_utf8", path, line, byte=byte)
-                else:
-                    skips.skip("malformed_json", path, line, detail, byte=byte)
-                continue
-        if type(obj) is not dict:  # orjson only builds plain dicts
-            skips.skip("malformed_json", path, line, f"expected a JSON object, got {type(obj).__name__}", byte=byte)
+        obj = jsonl_object(raw, path, line, byte, skips)
+        if obj is None:
             continue
         text = obj.get(key)
         if type(text) is not str:
