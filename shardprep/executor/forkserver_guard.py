@@ -12,20 +12,14 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
+
+from shardprep.job.resources import die_with_parent
 
 POOL_PID = "SHARDPREP_POOL_PID"
-_PR_SET_PDEATHSIG = 1        # <linux/prctl.h>
 
 
 def _guard() -> None:
-    if not sys.platform.startswith("linux") or os.environ.get(POOL_PID) != str(os.getppid()):
-        return
-    import ctypes
-
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-    except (OSError, AttributeError):
+    if os.environ.get(POOL_PID) != str(os.getppid()) or not die_with_parent(signal.SIGKILL):
         return
     if str(os.getppid()) != os.environ.get(POOL_PID):      # the parent died before the kernel knew whom to watch
         os._exit(1)

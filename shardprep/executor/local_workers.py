@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -28,11 +27,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from shardprep.errors import EXIT_REQUEUE, Preempted, ShardprepError
-from shardprep.job.resources import describe_exit
+from shardprep.job.resources import describe_exit, die_with_parent
 
 log = logging.getLogger(__name__)
 
-_PR_SET_PDEATHSIG = 1        # <linux/prctl.h>
 _WATCHDOG_POLL_S = 0.5
 
 # Set in each worker by ``init_worker``.  Neither needs a lock, on purpose: a worker killed while holding
@@ -68,23 +66,10 @@ def init_worker(parent_pid: int, events: Any, stop: Any, environ: dict[str, str]
     if cwd is not None:
         os.chdir(cwd)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _die_with_parent()
+    die_with_parent(signal.SIGTERM)
     threading.Thread(target=_watch_parent, name="parent-watchdog", daemon=True).start()
     if _parent_gone():  # the parent died before the kernel knew whom to watch
         os._exit(EXIT_REQUEUE)
-
-
-def _die_with_parent() -> bool:
-    """Ask Linux for SIGTERM when the parent dies; False where that is not available."""
-    if not sys.platform.startswith("linux"):
-        return False
-    import ctypes
-
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0) == 0
-    except (OSError, AttributeError):
-        return False
 
 
 def _parent_gone() -> bool:

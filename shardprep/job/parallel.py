@@ -37,7 +37,7 @@ from shardprep.inputs.batches import ReadCount, piece_batches
 from shardprep.inputs.health import ItemWatch
 from shardprep.inputs.readers import MAX_EXAMPLES, ReadOptions, SkipExample, SkipLog, WorkItem
 from shardprep.job.encode import Boundaries, Encoded, Encoding, Sampler, StopFlag, encoded_batch
-from shardprep.job.resources import peak_rss_bytes
+from shardprep.job.resources import die_with_parent, peak_rss_bytes
 from shardprep.job.slots import PieceIds, Slots, Workers
 from shardprep.shard.format import DTYPES
 from shardprep.shard.writer import narrow_ids
@@ -143,17 +143,6 @@ def _row_pieces(inp: Any, work: WorkItem, step: int) -> list[WorkItem]:
 
 
 # -- in a worker ------------------------------------------------------------------------------------------
-def _die_with_parent() -> None:
-    if not hasattr(os, "sched_getaffinity"):   # pragma: no cover - not Linux
-        return
-    import ctypes
-
-    try:
-        ctypes.CDLL(None).prctl(1, int(signal.SIGKILL), 0, 0, 0)       # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # pragma: no cover
-        pass
-
-
 @dataclass(frozen=True)
 class _Setup:
     """What every worker encodes with (the task's, inherited by the fork): ``dtype`` the shard's, ``sample``
@@ -185,7 +174,7 @@ def _encode_piece(piece: Piece, setup: _Setup, slots: Slots) -> tuple[PieceResul
 
 def _worker(conn: Connection, setup: _Setup, slots: Slots) -> None:
     """Encode pieces until told to stop (None); signals are the task's to act on."""
-    _die_with_parent()
+    die_with_parent(signal.SIGKILL)
     for s in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):
         signal.signal(s, signal.SIG_IGN)
     while True:

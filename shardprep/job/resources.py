@@ -100,3 +100,20 @@ def describe_exit(exitcode: int | None) -> str:
         except ValueError:
             return f"killed by signal {-exitcode}"
     return f"exited with code {exitcode}"
+
+
+_PR_SET_PDEATHSIG = 1        # <linux/prctl.h>
+
+
+def die_with_parent(signum: int) -> bool:
+    """Ask Linux to send ``signum`` to this process when its parent dies (``PR_SET_PDEATHSIG``); False where
+    that is not available.  The local pool's fork server asks for SIGKILL, its workers for SIGTERM (they stop
+    at a safe point), a task's encoding workers for SIGKILL."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signum), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
