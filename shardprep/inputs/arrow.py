@@ -18,7 +18,7 @@ import contextlib
 import logging
 import os
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 import orjson
 
@@ -115,20 +115,31 @@ def count_rows(path: str) -> int:
     return sum(b.num_rows for b in record_batches(path))
 
 
-def iter_column_slices(path: str, column: str, start: int = 0, end: int | None = None) -> Iterator[tuple[int, Any]]:
-    """(first row, pyarrow array) of ``column`` for rows ``[start, end)``, one record batch slice at a time."""
+def row_slices(batches: Iterable[Any], start: int = 0, end: int | None = None) -> Iterator[tuple[int, Any]]:
+    """(first row, slice) of the rows ``[start, end)`` in each record batch that holds some, in order; no batch
+    is read past ``end``.  Arrow files and parquet files' ``iter_batches`` alike."""
     row = 0
-    for batch in record_batches(path):
-        if row == 0 and column not in batch.schema.names:
-            raise InputDataError(f"{path}: no column {column!r} (columns: {', '.join(batch.schema.names)}); "
-                                 f"choose one with --text-field")
+    for batch in batches:
         n = batch.num_rows
-        if end is not None and row >= end:
-            break
         lo, hi = max(start - row, 0), n if end is None else min(end - row, n)
         if lo < hi:
-            yield row + lo, batch.column(column).slice(lo, hi - lo)
+            yield row + lo, batch.slice(lo, hi - lo)
         row += n
+        if end is not None and row >= end:
+            break
+
+
+def iter_column_slices(path: str, column: str, start: int = 0, end: int | None = None) -> Iterator[tuple[int, Any]]:
+    """(first row, pyarrow array) of ``column`` for rows ``[start, end)``, one record batch slice at a time."""
+    def checked() -> Iterator[Any]:
+        for i, batch in enumerate(record_batches(path)):
+            if i == 0 and column not in batch.schema.names:
+                raise InputDataError(f"{path}: no column {column!r} (columns: {', '.join(batch.schema.names)}); "
+                                     f"choose one with --text-field")
+            yield batch
+
+    for first, part in row_slices(checked(), start, end):
+        yield first, part.column(column)
 
 
 def _batch_weights(path: str, column: str) -> list[tuple[int, int]]:

@@ -74,39 +74,18 @@ def _rows(table_batches: Iterator[tuple[int, Any]]) -> Iterator[RecordBatch]:
 
 def _parquet_rows(inp: InputFile, start: int, end: int | None, columns: tuple[str, ...]) -> Iterator[RecordBatch]:
     from shardprep.inputs.planned import parquet_file
+    from shardprep.inputs.tabular import parquet_row_slices
 
     with OpenInput(inp) as opened:
         pf = parquet_file(opened)
         wanted = [c for c in columns if c in pf.schema_arrow.names]
-        stop = pf.metadata.num_rows if end is None else end
-
-        def slices() -> Iterator[tuple[int, Any]]:
-            row = 0
-            for batch in pf.iter_batches(batch_size=ROWS_PER_BATCH, columns=wanted):
-                lo, hi = max(start - row, 0), min(stop - row, batch.num_rows)
-                if lo < hi:
-                    yield row + lo, batch.slice(lo, hi - lo)
-                row += batch.num_rows
-                if row >= stop:
-                    break
-
-        yield from _rows(slices())
+        yield from _rows(parquet_row_slices(pf, start, end, wanted, ROWS_PER_BATCH))
         if opened.remote:
             opened.check()
 
 
 def _arrow_rows(inp: InputFile, start: int, end: int | None, columns: tuple[str, ...]) -> Iterator[RecordBatch]:
-    from shardprep.inputs.arrow import record_batches
+    from shardprep.inputs.arrow import record_batches, row_slices
 
-    def slices() -> Iterator[tuple[int, Any]]:
-        row = 0
-        for batch in record_batches(inp.path):
-            if end is not None and row >= end:
-                break
-            lo, hi = max(start - row, 0), batch.num_rows if end is None else min(end - row, batch.num_rows)
-            if lo < hi:
-                wanted = [c for c in columns if c in batch.schema.names]
-                yield row + lo, batch.select(wanted).slice(lo, hi - lo)
-            row += batch.num_rows
-
-    yield from _rows(slices())
+    parts = row_slices(record_batches(inp.path), start, end)
+    yield from _rows((first, part.select([c for c in columns if c in part.schema.names])) for first, part in parts)
