@@ -42,16 +42,17 @@ class DecodedChunk:
     def nbytes(self) -> int:
         return int(self.tokens.nbytes) + (0 if self.trained is None else int(self.trained.nbytes))
 
-    def doc(self, j: int) -> np.ndarray:
+    def _span(self, j: int) -> slice:
+        """Where stream document ``j`` lies in ``tokens`` (and ``trained``)."""
         i = j if self.packed else int(self.order[j])
-        return self.tokens[self.starts[i]:self.starts[i + 1]]
+        return slice(self.starts[i], self.starts[i + 1])
+
+    def doc(self, j: int) -> np.ndarray:
+        return self.tokens[self._span(j)]
 
     def doc_trained(self, j: int) -> np.ndarray | None:
         """The trained mask of :meth:`doc` ``j`` (None: not chat data)."""
-        if self.trained is None:
-            return None
-        i = j if self.packed else int(self.order[j])
-        return self.trained[self.starts[i]:self.starts[i + 1]]
+        return None if self.trained is None else self.trained[self._span(j)]
 
 
 def permute_documents(tokens: np.ndarray, lens: np.ndarray, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
