@@ -71,13 +71,17 @@ def itemsize_for(lengths: np.ndarray) -> int:
     return 2 if lengths.size == 0 or int(lengths.max()) <= U16_MAX else 4
 
 
+def _count_positions(counts: np.ndarray) -> np.ndarray:
+    """Where each document's count sits in the member: after the counts and pairs of the documents before it."""
+    return np.arange(counts.size, dtype=np.int64) + 2 * np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+
+
 def encode(trained: Trained, lengths: np.ndarray) -> tuple[bytes, int]:
     """The member's bytes for documents of ``lengths``, and its itemsize (2 or 4)."""
     itemsize = itemsize_for(lengths)
     n = trained.documents
     out = np.empty(n + 2 * len(trained.ranges), dtype=np.int64)
-    # document d's count sits after the counts and pairs of the documents before it
-    count_at = np.arange(n, dtype=np.int64) + 2 * np.concatenate([[0], np.cumsum(trained.counts)[:-1]])
+    count_at = _count_positions(trained.counts)
     out[count_at] = trained.counts
     pair_at = np.ones(out.size, dtype=bool)
     pair_at[count_at] = False
@@ -99,7 +103,7 @@ def decode(data: bytes, itemsize: int, lengths: np.ndarray) -> Trained:
         pos += 1 + 2 * int(counts[d])
     if pos != flat.size:
         raise ValueError(f"trained ranges hold {flat.size} numbers, {pos} expected for {len(lengths)} documents")
-    count_at = np.arange(len(lengths), dtype=np.int64) + 2 * np.concatenate([[0], np.cumsum(counts)[:-1]])
+    count_at = _count_positions(counts)
     keep = np.ones(flat.size, dtype=bool)
     keep[count_at] = False
     trained = Trained(counts, flat[keep].reshape(-1, 2))
