@@ -17,7 +17,6 @@ have no field.
 from __future__ import annotations
 
 import gzip
-import re
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Iterable, Iterator
 
@@ -157,17 +156,26 @@ def require_text_field(inputs: Iterable[InputFile], text_field: str) -> None:
         found = in_parallel(lambda inp: field_problem(inp, text_field), inputs)
     else:
         found = [field_problem(inp, text_field) for inp in inputs]
-    problems = [p for p in found if p is not None]
+    problems = [(inp, p) for inp, p in zip(inputs, found) if p is not None]
     if problems:
+        from shardprep.chat.conversations import chat_field_of
+
+        first, problem = problems[0]
         more = f" (and {len(problems) - 1:,} more input(s) like it)" if len(problems) > 1 else ""
-        seen = problems[0].rpartition("(")[2]              # "keys seen: ..." / "columns: ..."
-        chat = next((f for f in CHAT_FIELDS if re.search(rf"\b{f}\b", seen)), None)
+        chat = chat_field_of(record_keys(first) or ())
         hint = (f"these records hold conversations ({chat!r}): add --chat to render them with the chat template "
                 "(docs/chat.md)" if chat else "choose the field or column that holds the text with --text-field")
-        raise InputDataError(problems[0] + more, hint=hint)
+        raise InputDataError(problem + more, hint=hint)
 
 
-CHAT_FIELDS = ("messages", "conversations")
+def record_keys(inp: InputFile) -> list[str] | None:
+    """The columns of a table, or the keys of a jsonl input's first records; None: a text file, or no records."""
+    if inp.format == "txt":
+        return None
+    if inp.tabular:
+        return list(column_types(inp))
+    head = jsonl_head(inp, None) if inp.size else None
+    return list(head.keys) if head is not None and head.objects else None
 
 
 def chat_problem(inp: InputFile, field: str | None) -> str | None:
@@ -176,15 +184,9 @@ def chat_problem(inp: InputFile, field: str | None) -> str | None:
 
     if inp.format == "txt":
         return f"{inp.path}: a text file holds no records: --chat reads jsonl, parquet or arrow records"
-    if inp.tabular:
-        names = list(column_types(inp))
-    elif inp.size == 0:
+    names = record_keys(inp)
+    if names is None:          # an empty jsonl input: nothing to refuse
         return None
-    else:
-        head = jsonl_head(inp, None)
-        if head.objects == 0:
-            return None
-        names = list(head.keys)
     found = (field in names) if field is not None else chat_field_of(names) is not None
     if found:
         return None
