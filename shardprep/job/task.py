@@ -207,10 +207,15 @@ def _write_text_shard(ctx: _Context, stop: StopFlag, progress: ProgressFn | None
     opts = ctx.job.options
     opened = open_backend(opts.backend, ctx.tok_json, allow_special_tokens=opts.allow_special_tokens,
                           hf_threads=ctx.parallelism.threads)
-    written = _write_shard(ctx, opened, stop, progress)
-    if written.shard is None:               # auto: the candidate's ids differ from hf's; written again with hf
-        hf = Opened(_reference(ctx), opts.backend, candidate=False)
-        again = _write_shard(ctx, hf, stop, progress)
+    return _or_again_with_hf(lambda o: _write_shard(ctx, o, stop, progress), opened, lambda: _reference(ctx))
+
+
+def _or_again_with_hf(write: Callable[[Opened], Written], opened: Opened, reference: Callable[[], Backend]) -> Written:
+    """``write`` with ``opened``; when that wrote nothing (``auto``: the candidate's ids differ from hf's), again
+    with ``reference`` (hf), keeping the first attempt's record (it says why)."""
+    written = write(opened)
+    if written.shard is None:
+        again = write(Opened(reference(), opened.requested, candidate=False))
         written = replace(again, record=written.record, workers_rss=max(written.workers_rss, again.workers_rss))
     return written
 
@@ -228,11 +233,8 @@ def _write_chat_shard(ctx: _Context, stop: StopFlag, progress: ProgressFn | None
     encoder = chat_encoder(ctx.tok_json, frozen_template(ctx.output, opts.chat), opts.chat)
     reference = chat_reference(ctx.tok_json, encoder, ctx.parallelism.threads)
     opened = open_chat_backend(opts.backend, ctx.tok_json, reference, placeable=encoder.placeable)
-    written = _write_chat(ctx, encoder, opened, reference, stop, progress)
-    if written.shard is None:               # auto: the candidate's ids differ from hf's; written again with hf
-        again = _write_chat(ctx, encoder, Opened(reference, opts.backend, candidate=False), reference, stop, progress)
-        written = replace(again, record=written.record)
-    return written
+    return _or_again_with_hf(lambda o: _write_chat(ctx, encoder, o, reference, stop, progress), opened,
+                             lambda: reference)
 
 
 def _write_chat(ctx: _Context, encoder: ChatEncoder, opened: Opened, reference: Backend, stop: StopFlag,
