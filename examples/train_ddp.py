@@ -10,6 +10,14 @@ number of steps, so the all-reduce in ``backward()`` never waits for a rank that
 ``--record DIR`` writes what every rank saw (unit/document ids, sources, a digest of each batch and row) as
 JSON lines, which tests/test_loader_ddp.py and tests/test_loader_mix_ddp.py use to check coverage and resume.
 
+    torchrun ... --skip-steps 120:180 --quarantine bad.txt    # leave out steps and documents (docs/loader.md)
+    torchrun ... --max-steps 20 --checkpoint ckpt.pt --dcp ckpt-dcp   # also save the loader with DCP
+    torchrun --nproc_per_node=3 ... --resume ckpt.pt --resume-dcp ckpt-dcp  # the loader from DCP instead
+
+``--skip-steps A:B`` (global loader steps, counted from 0: the batch the log calls "step 1" is step 0) and
+``--quarantine FILE`` (one document a line: ``source shard doc``, ``#`` comments) are passed to the loader,
+whose state then records them: a resume needs neither again.
+
 Rank 0 prints ``step S (epoch E): T tokens/s, loss L`` after step 1 and every ``--log-every`` steps
 (examples/steplog.py).  The toy model's step cost grows with vocab x seq_len x batch (its output layer
 computes a logit per vocabulary entry for every token): with a 50k-token vocabulary, ``--seq-len 512
@@ -34,6 +42,8 @@ from steplog import StepLog, add_log_every
 
 from shardprep.errors import ShardprepError
 from shardprep.loader import ShardDataset, make_dataloader
+from shardprep.loader.locate import DocRef
+from shardprep.loader.skips import Skips
 
 
 def parse_args() -> argparse.Namespace:
@@ -59,6 +69,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", default="gloo", help="torch.distributed backend")
     p.add_argument("--total-tokens", type=float, default=None, help="the run's token budget (mixtures, or one "
                    "dataset read to a budget)")
+    p.add_argument("--skip-steps", action="append", default=[], metavar="A:B",
+                   help="leave out global loader steps A..B (inclusive, from 0); repeatable")
+    p.add_argument("--quarantine", default=None, metavar="FILE",
+                   help="documents to leave out: one 'source shard doc' a line")
+    p.add_argument("--dcp", default=None, metavar="DIR", help="also save the loader with torch.distributed.checkpoint")
+    p.add_argument("--resume-dcp", default=None, metavar="DIR", help="with --resume: the loader from this DCP checkpoint")
     add_log_every(p)
 
 
@@ -89,6 +105,7 @@ def batch_record(batch: dict, epoch: int, step: int, rank: int) -> dict:
            "rows": [hashlib.sha256(row.numpy().tobytes()).hexdigest()[:16] for row in ids]}
     if batch["doc_ids"].dim() == 1:          # pad mode: one document per row
         rec["docs"] = batch["doc_ids"].tolist()
+    rec["doc_ids"] = sorted(set(batch["doc_ids"].flatten().tolist()))      # every document the batch holds
     if "source_ids" in batch:                # a mixture: the source of every row
         rec["sources"] = batch["source_ids"].tolist()
     return rec
@@ -156,12 +173,12 @@ def train(args: argparse.Namespace, ds: ShardDataset) -> None:
             if record is not None:
                 record.write(json.dumps(batch_record(batch, epoch, step, rank)) + "\n")
             if args.max_steps is not None and step >= args.max_steps:
-                save(args.checkpoint, model, optim, loader, step, rank)
+                save(args.checkpoint, model, optim, loader, step, rank, getattr(args, "dcp", None))
                 finish(record, rank, world, steps_per_epoch | {epoch: steps_here}, loader, args, stopped=True)
                 return
         steps_per_epoch[epoch] = steps_here
     if args.checkpoint:
-        save(args.checkpoint, model, optim, loader, step, rank)
+        save(args.checkpoint, model, optim, loader, step, rank, getattr(args, "dcp", None))
     finish(record, rank, world, steps_per_epoch, loader, args, stopped=False)
 
 
@@ -175,7 +192,7 @@ def setup(args: argparse.Namespace, ds: ShardDataset):
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
         torch.cuda.set_device(device)
     loader = make_dataloader(ds, batch_size=args.batch_size, num_workers=args.num_workers,
-                             pin_memory=device.type == "cuda")
+                             pin_memory=device.type == "cuda", skip=skips(args))
     vocab = ds.vocab_size or 65536
     model = torch.nn.parallel.DistributedDataParallel(TinyLM(vocab).to(device),
                                                       device_ids=[device.index] if device.type == "cuda" else None)
@@ -185,12 +202,37 @@ def setup(args: argparse.Namespace, ds: ShardDataset):
         ckpt = torch.load(args.resume, map_location="cpu", weights_only=False)
         model.module.load_state_dict(ckpt["model"])
         optim.load_state_dict(ckpt["optim"])
-        loader.load_state_dict(ckpt["loader"])          # may come from another world size
-        start_epoch, step = ckpt["loader"]["epoch"], ckpt["step"]
+        if getattr(args, "resume_dcp", None):
+            import torch.distributed.checkpoint as dcp
+
+            dcp.load({"loader": loader}, checkpoint_id=args.resume_dcp)     # saved by any number of ranks
+        else:
+            loader.load_state_dict(ckpt["loader"])      # may come from another world size
+        start_epoch, step = loader.state_dict()["epoch"], ckpt["step"]
     return loader, model, optim, device, start_epoch, step
 
 
-def save(path: str | None, model, optim, loader, step: int, rank: int) -> None:
+def skips(args: argparse.Namespace) -> Skips | None:
+    """``--skip-steps`` and ``--quarantine`` as the loader's ``Skips`` (None: nothing to leave out)."""
+    steps = []
+    for text in getattr(args, "skip_steps", None) or []:
+        a, _, b = text.partition(":")
+        steps.append((int(a), int(b or a)))
+    docs = set()
+    if getattr(args, "quarantine", None):
+        for line in Path(args.quarantine).read_text().splitlines():
+            line = line.split("#", 1)[0].strip()
+            if line:
+                source, shard, doc = (int(x) for x in line.split())
+                docs.add(DocRef(source, shard, doc))
+    return Skips(steps=tuple(steps), documents=frozenset(docs)) if steps or docs else None
+
+
+def save(path: str | None, model, optim, loader, step: int, rank: int, dcp_dir: str | None = None) -> None:
+    if dcp_dir:                                          # every rank takes part; the state is written once
+        import torch.distributed.checkpoint as dcp
+
+        dcp.save({"loader": loader}, checkpoint_id=dcp_dir)
     state = loader.state_dict()                          # identical on every rank: save once
     if path and rank == 0:
         tmp = f"{path}.tmp"

@@ -9,6 +9,12 @@ count, a fresh equal split of the same remaining units.
 
 A new torch DataLoader is built for every pass, because the pass (epoch, remaining ranges) is baked into
 the dataset copy the workers receive; persistent workers would keep iterating a stale pass.
+
+The loader also counts global steps since the run began and records the run's legs (``timeline``) and its
+skips (``skips``: step ranges and documents left out); the state (format ``shardprep.loader.state/2``,
+docs/loader.md "Skips and the state") carries them, so a resume on any world size stays exact.  A state
+of format /1 still loads: its run starts counting steps at 0 there.  The loader is a
+``torch.distributed.checkpoint`` Stateful: every variable-length part of its state is one list value.
 """
 
 from __future__ import annotations
@@ -22,11 +28,13 @@ from shardprep.loader.dataset import PassSpec, ShardDataset
 from shardprep.loader.layout import Doc
 from shardprep.loader.mixstate import mixture_state
 from shardprep.loader.mixstate import resume as resume_mixture
+from shardprep.loader.skips import RunSkips, Skips
 from shardprep.loader.world import Placement, World
 
 log = logging.getLogger(__name__)
 
-STATE_FORMAT = "shardprep.loader.state/1"
+STATE_FORMAT = "shardprep.loader.state/2"
+_FORMATS = (STATE_FORMAT, "shardprep.loader.state/1")      # /1: no step, legs or skips (the run counts from 0)
 TRANSFER_TOKENS = 1 << 18     # default worker -> main transfer size: ~256K tokens of batches per queue item
 # keys that must match for a saved position to mean the same units in the same order
 _IDENTITY = ("dataset", "mode", "seq_len", "seed", "shuffle", "shuffle_block", "units")
@@ -52,7 +60,7 @@ class ShardLoader:
 
     def __init__(self, dataset: ShardDataset, *, batch_size: int | None, num_workers: int = 0,
                  pin_memory: bool = False, rank: int | None = None, world_size: int | None = None,
-                 batches_per_transfer: int | None = None, **dataloader_kwargs: Any):
+                 batches_per_transfer: int | None = None, skip: Skips | None = None, **dataloader_kwargs: Any):
         if isinstance(dataset.layout, Doc):
             if batch_size not in (None, 1):
                 raise ConfigError(f"batch_size={batch_size} is invalid for mode='doc' (documents are yielded "
@@ -80,7 +88,13 @@ class ShardLoader:
         self._pass: PassSpec | None = None
         self._delivered = 0
         self._epoch_done = False
+        self._run = RunSkips(dataset, dataset.num_units, exact=isinstance(dataset.layout, Doc))
+        self._step0 = 0                  # global step at the start of the pass (or of the position held)
+        self._iterating = False
+        self._given: list[Skips] = []     # skips given to this loader: added again after a loaded state's
         dataset.check_one_batch(self.world().world_size, self.batch_size)
+        if skip:
+            self.skip(skip)
 
     # -- position ---------------------------------------------------------------------------------------
     def world(self) -> World:
@@ -107,14 +121,45 @@ class ShardLoader:
             raise ConfigError(f"epoch={epoch} is invalid: must be >= 0")
         if epoch == self.epoch and not self._epoch_done:
             return
-        self.epoch, self._remaining, self._pass, self._delivered = epoch, self._full, None, 0
+        self._step0 = self.step
+        self.epoch, self._remaining, self._pass, self._delivered = epoch, self._run.fresh(epoch), None, 0
         self._epoch_done = False
+
+    @property
+    def step(self) -> int:
+        """Global steps delivered since the run began (batches per rank, the state's ``step``)."""
+        if self._pass is None:
+            return self._step0
+        return self._step0 + (self._split().steps if self._epoch_done else self._delivered)
+
+    def _position(self) -> tuple[int, D.Ranges]:
+        """``(epoch, remaining)`` of the next batch (a finished epoch: the next one from its start)."""
+        if self._epoch_done:
+            return self.epoch + 1, self._run.fresh(self.epoch + 1)
+        return self.epoch, self._current_remaining()
+
+    def skip(self, skips: Skips) -> None:
+        """Leave out ``skips`` from here on (module ``skips``): step ranges ``a..b`` (global steps counted from
+        0, the batches the run as it stands reads there) and documents (every position holding them, this
+        epoch and every later one).  What remains is split again: every rank keeps equal steps.  Called
+        between passes; ConfigError for steps already delivered or documents the data does not have."""
+        if self._iterating:
+            raise ConfigError("skip() is called between passes, not while the loader is iterating")
+        step = self.step
+        self.epoch, self._remaining = self._position()
+        self._step0, self._pass, self._delivered, self._epoch_done = step, None, 0, False
+        world = self.world()
+        self._run.note(step, self.epoch, self._remaining, world.world_size, self.batch_size or 1)
+        self._run.add(skips, step)
+        self._remaining = D.subtract(self._remaining, self._run.removed(self.epoch))
+        if skips not in self._given:
+            self._given.append(skips)
 
     def __len__(self) -> int:
         """Batches this rank yields in the current (or next) pass; the same on every rank (pack/pad)."""
         if self._epoch_done:
-            return self.dataset.split(self._full, self.world().world_size, self.batch_size).rank_steps(
-                self.world().rank)
+            return self.dataset.split(self._run.fresh(self.epoch + 1), self.world().world_size,
+                                      self.batch_size).rank_steps(self.world().rank)
         rank = self._pass.world.rank if self._pass is not None else self.world().rank
         return self._split().rank_steps(rank)
 
@@ -138,7 +183,9 @@ class ShardLoader:
         world = self.world()
         if remaining == self._full:
             self.dataset.check_one_batch(world.world_size, self.batch_size)
+        self._step0 = self.step
         self._remaining, self._delivered = remaining, 0
+        self._run.note(self._step0, self.epoch, remaining, world.world_size, self.batch_size or 1)
         per_transfer = self.per_transfer if self.num_workers else 1
         self._pass = PassSpec(self.epoch, remaining, world, self.batch_size, per_transfer=per_transfer)
         split = self._split()
@@ -147,11 +194,15 @@ class ShardLoader:
         # workers send lists of numpy batches (see batches.py); tensors and pinning happen here
         loader = DataLoader(self.dataset.for_pass(self._pass), batch_size=None, num_workers=self.num_workers,
                             collate_fn=_keep, **self.dataloader_kwargs)
-        for transfer in loader:
-            for item in transfer:
-                batch = self.dataset.tensors(item, pin=self.pin_memory)
-                self._delivered += 1
-                yield batch
+        self._iterating = True
+        try:
+            for transfer in loader:
+                for item in transfer:
+                    batch = self.dataset.tensors(item, pin=self.pin_memory)
+                    self._delivered += 1
+                    yield batch
+        finally:
+            self._iterating = False
         if self._delivered != steps:  # would mean a bug in the split; fail loudly rather than desync ranks
             raise RuntimeError(f"rank {world.rank} delivered {self._delivered} batches, expected {steps}")
         self._epoch_done = True
@@ -168,14 +219,14 @@ class ShardLoader:
     def state_dict(self) -> dict:
         """The epoch position as global remaining ranges: identical on every rank, JSON-serializable."""
         ds = self.dataset
-        if self._epoch_done:
-            epoch, remaining = self.epoch + 1, self._full
-        else:
-            epoch, remaining = self.epoch, self._current_remaining()
+        epoch, remaining = self._position()
+        step = self.step
+        self._run.note(step, epoch, remaining, self.world().world_size, self.batch_size or 1)
         state: dict[str, Any] = {
             "format": STATE_FORMAT, "dataset": ds.fingerprint, "mode": ds.mode, "seq_len": ds.seq_len,
             "seed": ds.seed, "shuffle": ds.shuffle, "shuffle_block": ds.shuffle_block, "units": ds.num_units,
-            "batch_size": self.batch_size, "epoch": epoch, "remaining": [list(r) for r in remaining]}
+            "batch_size": self.batch_size, "epoch": epoch, "remaining": [list(r) for r in remaining],
+            "step": step, **self._run.to_state()}
         if ds.mixture is not None:
             state["mixture"] = mixture_state(ds.mixture)
         if any(rows is not None for rows in ds.chat_rows):      # chat pack rows: how they were packed
@@ -184,7 +235,7 @@ class ShardLoader:
 
     def load_state_dict(self, state: dict) -> None:
         """Continue from ``state`` (from ``state_dict()``, possibly with another world size or workers)."""
-        if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
+        if not isinstance(state, dict) or state.get("format") not in _FORMATS:
             raise ConfigError(f"loader state: format is {state.get('format') if isinstance(state, dict) else state!r}, "
                               f"expected {STATE_FORMAT!r}")
         mine = self.state_dict()
@@ -208,27 +259,33 @@ class ShardLoader:
                         self.batch_size)
         try:
             remaining = D.normalize(state["remaining"])
-            epoch = int(state["epoch"])
+            epoch, step = int(state["epoch"]), int(state.get("step", 0))
         except (KeyError, TypeError, ValueError) as e:
-            raise ConfigError(f"loader state: malformed remaining/epoch ({e})") from None
+            raise ConfigError(f"loader state: malformed remaining/epoch/step ({e})") from None
+        self._run.load(state)
         if mixture is not None:
             epoch, remaining = resume_mixture(mixture, state, epoch, remaining)
         if remaining and (remaining[-1][1] > self.dataset.num_units or epoch < 0):
             raise ConfigError(f"loader state: remaining ranges exceed the dataset's {self.dataset.num_units} units")
         self.epoch, self._remaining, self._pass, self._delivered = epoch, remaining, None, 0
-        self._epoch_done = False
+        self._epoch_done, self._step0 = False, step
+        for skips in self._given:       # skips given to this loader come after the state's
+            self.skip(skips)
 
 
 def make_dataloader(dataset: ShardDataset, *, batch_size: int | None = 8, num_workers: int = 0,
                     pin_memory: bool = False, rank: int | None = None, world_size: int | None = None,
-                    batches_per_transfer: int | None = None, **dataloader_kwargs: Any) -> ShardLoader:
+                    batches_per_transfer: int | None = None, skip: Skips | None = None,
+                    **dataloader_kwargs: Any) -> ShardLoader:
     """Wrap ``dataset`` for this rank: ``for batch in loader`` yields dicts of tensors.
 
     ``rank``/``world_size`` override detection (torch.distributed, RANK/WORLD_SIZE, SLURM_PROCID/
     SLURM_NTASKS).  Extra keyword arguments go to ``torch.utils.data.DataLoader`` (e.g. ``prefetch_factor``,
     ``timeout``, ``multiprocessing_context``).  Raises ConfigError when a full epoch cannot give every rank
     one batch.  ``batches_per_transfer`` (default: about 256K tokens' worth) is how many consecutive batches a
-    worker sends per queue item; it changes prefetch granularity only, never the batches.
+    worker sends per queue item; it changes prefetch granularity only, never the batches.  ``skip``: steps
+    and documents to leave out (``ShardLoader.skip``; after a loaded state's own).
     """
     return ShardLoader(dataset, batch_size=batch_size, num_workers=num_workers, pin_memory=pin_memory, rank=rank,
-                       world_size=world_size, batches_per_transfer=batches_per_transfer, **dataloader_kwargs)
+                       world_size=world_size, batches_per_transfer=batches_per_transfer, skip=skip,
+                       **dataloader_kwargs)

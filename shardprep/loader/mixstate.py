@@ -30,7 +30,7 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import accumulate
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from shardprep.errors import ConfigError
 from shardprep.loader import distribute as D
@@ -81,12 +81,12 @@ class Segment:
     def to_dict(self) -> dict:
         return {"origin": self.origin, "pending": [[list(r) for r in p] for p in self.pending],
                 "fresh": list(self.fresh),
-                "parked": [{"fingerprint": fp, "pending": [list(r) for r in p], "fresh": f} for fp, p, f in self.parked]}
+                "parked": [[fp, [list(r) for r in p], f] for fp, p, f in self.parked]}
 
     @classmethod
     def from_dict(cls, d: dict, sources: int) -> "Segment":
         try:
-            parked = tuple((str(x["fingerprint"]), D.normalize(x["pending"]), int(x["fresh"])) for x in d["parked"])
+            parked = tuple((str(fp), D.normalize(p), int(f)) for fp, p, f in map(_triple, d["parked"]))
             seg = cls(int(d["origin"]), tuple(D.normalize(p) for p in d["pending"]), tuple(int(f) for f in d["fresh"]),
                       parked)
         except (KeyError, TypeError, ValueError) as e:
@@ -96,10 +96,21 @@ class Segment:
         return seg
 
 
+def _triple(item: Any) -> tuple:
+    """A source ``[name, fingerprint, quota]`` or a parked one ``[fingerprint, pending, fresh]``: lists since
+    format /2, objects with those keys in /1."""
+    if isinstance(item, dict):
+        keys = ("name", "fingerprint", "quota") if "quota" in item else ("fingerprint", "pending", "fresh")
+        return tuple(item[k] for k in keys)
+    a, b, c = item
+    return a, b, c
+
+
 def mixture_state(mix: Mixture) -> dict:
-    """The mixture part of the loader state: what the schedule reads, and the segment."""
-    return {"sources": [{"name": n, "fingerprint": i.fingerprint, "quota": q}
-                        for n, i, q in zip(mix.names, mix.indexes, mix.schedule.quotas)],
+    """The mixture part of the loader state: what the schedule reads, and the segment.  Lists of lists, not
+    of objects: torch.distributed.checkpoint keeps each as one value (a list of objects it flattens into
+    one key per item, and a changed mixture's fresh state could then not load a saved one's)."""
+    return {"sources": [[n, i.fingerprint, q] for n, i, q in zip(mix.names, mix.indexes, mix.schedule.quotas)],
             "units": mix.length, "segment": mix.segment.to_dict()}
 
 
@@ -109,7 +120,7 @@ def resume(mix: Mixture, state: dict, epoch: int, remaining: D.Ranges) -> tuple[
     if not isinstance(saved, dict):
         raise ConfigError("loader state: saved by a single-dataset loader, this loader reads a mixture")
     try:
-        old_sources = [(str(s["name"]), str(s["fingerprint"]), int(s["quota"])) for s in saved["sources"]]
+        old_sources = [(str(n), str(fp), int(q)) for n, fp, q in map(_triple, saved["sources"])]
         old_length = int(saved["units"])
     except (KeyError, TypeError, ValueError) as e:
         raise ConfigError(f"loader state: malformed mixture ({e})") from None
