@@ -33,6 +33,7 @@ COMMANDS: tuple[str, ...] = (
     "inspect",
     "report",
     "mix",
+    "trace",
     "demo",
     "export_hf",
     "doctor",

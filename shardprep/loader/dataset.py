@@ -23,30 +23,23 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator
 
-import numpy as np
 from torch.utils.data import IterableDataset
 
 from shardprep.errors import ConfigError
 from shardprep.loader import distribute as D
-from shardprep.loader.assemble import RowFormat, SinglePass
+from shardprep.loader.assemble import SinglePass
 from shardprep.loader.batches import to_tensors
-from shardprep.loader.chatrows import ChatRows, chat_rows
-from shardprep.loader.config import Dataset, LegacyTars, LoaderConfig, LoaderKeywords, from_keywords
-from shardprep.loader.epoch import EpochReader, ReadOptions
-from shardprep.loader.index import DatasetIndex, load_index
-from shardprep.loader.layout import Doc, Extras, Layout, Pack, Pad
+from shardprep.loader.config import LoaderConfig, LoaderKeywords, from_keywords
+from shardprep.loader.layout import Doc, Extras, Layout, Pack
 from shardprep.loader.mixread import MixturePass
-from shardprep.loader.mixture import MixSpec, Mixture, open_mixture
+from shardprep.loader.mixture import Mixture
+from shardprep.loader.reading import Reading
 from shardprep.loader.world import World, worker_slot
-from shardprep.shard.format import DTYPES
-from shardprep.storage.locations import StorageOptions
 
 if TYPE_CHECKING:  # pragma: no cover
     from typing_extensions import Unpack
 
 log = logging.getLogger(__name__)
-
-SHUFFLE_TOKENS = 1 << 23      # default shuffle block: about 8M tokens of units (16 MiB of uint16)
 
 
 @dataclass(frozen=True)
@@ -60,14 +53,6 @@ class PassSpec:
     per_transfer: int = 0       # >0: yield lists of that many numpy batches (the loader converts and unpacks)
 
 
-def open_dataset(source: Dataset | LegacyTars, *, verify: bool, storage: StorageOptions) -> DatasetIndex:
-    """One dataset's index: a finalized output's (checked against its files), or legacy tars scanned."""
-    if isinstance(source, LegacyTars):
-        from shardprep.loader.legacy import load_legacy
-        return load_legacy(list(source.paths))
-    return load_index(source.location, verify=verify, storage=storage)
-
-
 class ShardDataset(IterableDataset):
     """Tokenized shards as a resumable, rank- and worker-aware stream of units (see module docstring).
 
@@ -78,34 +63,18 @@ class ShardDataset(IterableDataset):
 
     def __init__(self, path: object, config: LoaderConfig | None = None, **keywords: Unpack[LoaderKeywords]):
         source, self.config, self.placement = from_keywords(path, config, keywords)
-        cfg = self.config
-        # every dataset read: one, or a mixture's sources (the first one's tokenizer describes the ids)
-        self.mixture: Mixture | None = None
-        if isinstance(source, MixSpec):
-            self.mixture = open_mixture(source, layout=cfg.layout, seed=cfg.seed, verify=cfg.verify,
-                                        storage=cfg.storage)
-            self.sources = self.mixture.indexes
-        else:
-            self.sources = [open_dataset(source, verify=cfg.verify, storage=cfg.storage)]
-        self.index = self.sources[0]
-        self._tables: list[dict] = [{} for _ in self.sources]
-        self.chat = any(i.record is not None and i.record.chat for i in self.sources)
-        self.chat_rows = [self._chat_rows(i, tables) for i, tables in zip(self.sources, self._tables)]
-        if self.mixture is not None:
-            for n, rows in enumerate(self.chat_rows):
-                if rows is not None:
-                    self.mixture.use_rows(n, rows.rows)
-        self._size()
-        self._read_opts = [self._read_options(i, rows) for i, rows in zip(self.sources, self.chat_rows)]
+        # what is read and in which order, decided without torch (``loader.reading``; trace builds the same)
+        self.reading = r = Reading(source, self.config)
+        self.mixture: Mixture | None = r.mixture
+        self.sources, self.index, self._tables, self.chat, self.chat_rows = r.sources, r.index, r.tables, r.chat, \
+            r.chat_rows
+        self.num_units, self.tail_tokens = r.sizes.num_units, r.sizes.tail_tokens
+        self.total_tokens, self.total_docs = r.sizes.total_tokens, r.sizes.total_docs
+        self._read_opts = r.read_opts
         # the state's identity: the block in use, or for a mixture the option (None: each source's default)
-        self.shuffle_block = self._read_opts[0].block if self.mixture is None else cfg.shuffle_block
+        self.shuffle_block = self._read_opts[0].block if self.mixture is None else self.config.shuffle_block
         self.cache_bytes = self._read_opts[0].cache_bytes
-        self.pad_id = self._resolve_pad(cfg.layout.pad_id if isinstance(cfg.layout, Pad) else None)
-        # token ids travel in the shards' dtype, the widest of a mixture's (legacy JSON: int64); the pad id fits it
-        self.wire_dtype = np.result_type(*(np.dtype(DTYPES.get(i.dtype, "<i8")) for i in self.sources))
-        if self.pad_id > np.iinfo(self.wire_dtype).max or self.pad_id < 0:
-            raise ConfigError(f"pad_id={self.pad_id} is invalid: must be a token id in [0, "
-                              f"{np.iinfo(self.wire_dtype).max}] for {self.wire_dtype.name} ids")
+        self.pad_id, self.wire_dtype = r.pad_id, r.wire_dtype
         self.epoch = 0
         self._pass: PassSpec | None = None
 
@@ -134,41 +103,6 @@ class ShardDataset(IterableDataset):
     def extras(self) -> Extras:
         return self.config.extras
 
-    def _size(self) -> None:
-        """Units of a pass (rows or documents) and the tokens and documents behind them."""
-        if self.mixture is not None:
-            mix = self.mixture
-            self.num_units, self.tail_tokens = mix.length, 0
-            self.total_tokens = int(mix.length * mix.unit_tokens)
-            self.total_docs = mix.length if not isinstance(self.layout, Pack) else \
-                int(mix.length * mix.unit_tokens / max(1.0, float(mix.tokens.sum() / max(1, mix.docs.sum()))))
-            return
-        self.total_tokens = int(self.index.shard_tokens.sum())
-        self.total_docs = int(self.index.shard_docs.sum())
-        rows = self.chat_rows[0]
-        if rows is not None:                       # whole conversations per row: nothing is a tail
-            self.num_units, self.tail_tokens = rows.rows, 0
-        elif isinstance(self.layout, Pack):
-            self.num_units = self.total_tokens // self.layout.seq_len
-            self.tail_tokens = self.total_tokens - self.num_units * self.layout.seq_len
-        else:
-            self.num_units, self.tail_tokens = self.total_docs, 0
-
-    def _read_options(self, index: DatasetIndex, rows: ChatRows | None = None) -> ReadOptions:
-        """A dataset's shuffle block (default: about 8M tokens of units) and chunk cache (3 blocks, >= 64 MiB)."""
-        cfg, layout = self.config, self.layout
-        tokens, docs = int(index.shard_tokens.sum()), int(index.shard_docs.sum())
-        unit_tokens = layout.seq_len if isinstance(layout, Pack) else max(1, tokens // max(1, docs))
-        block = int(cfg.shuffle_block) if cfg.shuffle_block else max(1, SHUFFLE_TOKENS // unit_tokens)
-        cache = int(cfg.cache_bytes) if cfg.cache_bytes else max(64 << 20, 3 * block * unit_tokens * 4)
-        return ReadOptions(isinstance(layout, Pack) and rows is None, cfg.seed, cfg.shuffle, block, cache, rows)
-
-    def _chat_rows(self, index: DatasetIndex, tables: dict) -> ChatRows | None:
-        """Pack mode over chat data: its rows of whole conversations, counted once (``loader.chatrows``)."""
-        if not isinstance(self.layout, Pack) or index.record is None or not index.record.chat:
-            return None
-        return chat_rows(index, self.layout.seq_len, self.config.conversations, tables)
-
     def packing_stats(self) -> dict | None:
         """Chat pack mode: rows, efficiency (real tokens over row tokens), padding share, truncated and
         dropped conversations (per source in a mixture, by name); None for pretraining data."""
@@ -177,14 +111,6 @@ class ShardDataset(IterableDataset):
         if not found:
             return None
         return found if self.mixture is not None else found["dataset"]
-
-    # -- configuration ----------------------------------------------------------------------------------
-    def _resolve_pad(self, pad_id: int | None) -> int:
-        """Explicit pad id, else the tokenizer's pad, else its EOS, else 0 (labels never depend on it)."""
-        for value in (pad_id, self.index.special_id("pad_id"), self.index.special_id("eos_id")):
-            if value is not None:
-                return int(value)
-        return 0
 
     @property
     def fingerprint(self) -> str:
@@ -207,11 +133,7 @@ class ShardDataset(IterableDataset):
         self.epoch = int(epoch)
 
     def split(self, remaining: D.Ranges, world_size: int, batch: int | None) -> D.Split:
-        if isinstance(self.layout, Doc):
-            if batch not in (None, 1):
-                raise ConfigError(f"batch_size={batch} is invalid for mode='doc' (unbatched, exactly once): use None")
-            return D.Split(remaining, world_size, 1, exact=True)
-        return D.Split(remaining, world_size, batch or 1)
+        return self.reading.split(remaining, world_size, batch)
 
     def check_one_batch(self, world_size: int, batch: int | None) -> None:
         """Refuse settings under which a full epoch cannot give every rank one batch (numbers in the message)."""
@@ -269,10 +191,7 @@ class ShardDataset(IterableDataset):
 
     def open_pass(self, epoch: int) -> SinglePass | MixturePass:
         """What turns this pass's shuffled positions into batches (``batch(positions)``, then ``close()``)."""
-        fmt = RowFormat(self.layout, self.extras, self.pad_id, self.wire_dtype, self.chat)
-        if self.mixture is not None:
-            return MixturePass(self.mixture, epoch, fmt, self._read_opts, self._tables)
-        return SinglePass(EpochReader(self.index, self.num_units, epoch, self._read_opts[0], self._tables[0]), fmt)
+        return self.reading.open_pass(epoch)
 
     def __repr__(self) -> str:
         where = repr(self.index.root) if self.mixture is None else \
