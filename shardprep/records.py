@@ -172,13 +172,13 @@ class Fields:
 
     def ints(self, key: builtins.str) -> tuple[builtins.int, ...]:
         v = self.raw(key)
-        if type(v) is not list or not _all_of(v, int):
+        if type(v) is not list or not all_of(v, int):
             self.fail(key, "expected a list of integers")
         return tuple(v)
 
     def strs(self, key: builtins.str) -> tuple[builtins.str, ...]:
         v = self.raw(key)
-        if type(v) is not list or not _all_of(v, str):
+        if type(v) is not list or not all_of(v, str):
             self.fail(key, "expected a list of strings")
         return tuple(v)
 
@@ -190,7 +190,7 @@ class Fields:
         return v
 
 
-def _all_of(values: list, kind: type) -> bool:
+def all_of(values: list, kind: type) -> bool:
     """Every element of ``values`` is exactly ``kind`` (bool is not int); set() keeps it at C speed."""
     return not values or set(map(type, values)) == {kind}
 
