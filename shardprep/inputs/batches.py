@@ -18,6 +18,7 @@ from shardprep.inputs.fastpath import DocBatch, jsonl_block, txt_block
 from shardprep.inputs.health import ItemWatch
 from shardprep.inputs.planned import rows_then_check
 from shardprep.inputs.readers import (
+    Placed,
     ReadOptions,
     SkipLog,
     WorkItem,
@@ -160,6 +161,7 @@ def _batches(inp: InputFile, item: WorkItem, opts: ReadOptions, skips: SkipLog, 
     for batch in _read(inp, item, opts, skips, fast, count, pieces):
         if batch.docs:
             count.documents += batch.docs
+            batch.input = item.input
             yield batch
 
 
@@ -210,7 +212,7 @@ def _line_batches(pieces: Iterator[Piece], inp: InputFile, lineno: int | None, o
         if done is None:
             lines = block_lines(piece.data, piece.start, lineno, limit, piece.terminated, path, skips)
             docs = list(jsonl_docs(lines, path, opts.text_field, skips) if jsonl else txt_line_docs(lines, path, skips))
-            done = DocBatch(len(docs), strs=docs), _lines_in(piece)
+            done = DocBatch.placed(docs), _lines_in(piece)
         batch, n_lines = done
         count.lines += n_lines
         if lineno is not None:
@@ -235,13 +237,13 @@ def _paragraph_batches(pieces: Iterator[Piece], path: str, lineno: int | None, l
             if lineno is not None:
                 lineno += n
 
-    batch: list[str] = []
+    batch: list[Placed] = []
     size = 0
     for doc in paragraph_docs(lines(), path, limit, skips):
         batch.append(doc)
-        size += len(doc)
+        size += len(doc[2])
         if size >= PARAGRAPH_BATCH_CHARS:
-            yield DocBatch(len(batch), strs=batch)
+            yield DocBatch.placed(batch)
             batch, size = [], 0
     if batch:
-        yield DocBatch(len(batch), strs=batch)
+        yield DocBatch.placed(batch)

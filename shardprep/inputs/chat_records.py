@@ -16,7 +16,7 @@ from typing import Any, Iterator
 from shardprep.inputs.blocks import LongLine, item_blocks
 from shardprep.inputs.discover import InputFile
 from shardprep.inputs.planned import OpenInput, rows_then_check
-from shardprep.inputs.readers import ReadOptions, SkipLog, WorkItem, block_lines, jsonl_object
+from shardprep.inputs.readers import NO_LINE, ReadOptions, SkipLog, WorkItem, block_lines, jsonl_object
 
 # Columns a conversation may use (``chat.conversations``): a table is read with these only.
 CHAT_COLUMNS = ("messages", "conversations", "prompt", "completion", "tools")
@@ -34,6 +34,12 @@ class Record:
 
     def where(self, path: str) -> str:
         return f"{path}:{self.line}" if self.line is not None else f"{path} (line at byte {self.byte})"
+
+    def origin(self) -> tuple[int, int]:
+        """(byte offset, line) of a jsonl record (line -1 where not counted); (row, -1) of a table's."""
+        if self.byte is None:
+            return (self.line or 1) - 1, NO_LINE
+        return self.byte, NO_LINE if self.line is None else self.line
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,8 @@ from typing import Any, Callable, cast
 
 import numpy as np
 
-from shardprep.inputs.readers import SkipLog
+from shardprep.inputs.readers import NO_LINE, Placed, SkipLog
+from shardprep.shard.origins import DocOrigins
 
 # Python's str.isspace() characters: what an "empty" document is made of (tests keep this list equal to
 # the running Python's).  Their UTF-8 lead bytes mark the lines worth a closer look.
@@ -40,12 +41,29 @@ _CR_BEFORE_NL = re.compile(rb"\r+\n")
 @dataclass
 class DocBatch:
     """The documents of one encode call: ``strs``, or ``buffer`` holding each document followed by ``sep``
-    (UTF-8, no empty document, ``sep`` never inside one)."""
+    (UTF-8, no empty document, ``sep`` never inside one); where each came from: ``offsets`` (its record's
+    byte offset in the decompressed input, or its row), ``lines`` (1-based, -1 where not counted) and the
+    plan's ``input`` number (set by the reader of the work item, ``inputs.batches``)."""
 
     docs: int
     strs: list[str] | None = None
     buffer: bytes | None = None
     sep: bytes = b"\n"
+    offsets: np.ndarray | None = None
+    lines: np.ndarray | None = None
+    input: int = -1
+
+    @classmethod
+    def placed(cls, docs: list[Placed]) -> "DocBatch":
+        """A batch of ``(offset, line, text)`` documents."""
+        return cls(len(docs), strs=[t for _, _, t in docs], offsets=np.fromiter((o for o, _, _ in docs), np.int64, len(docs)),
+                   lines=np.fromiter((ln for _, ln, _ in docs), np.int64, len(docs)))
+
+    def origins(self) -> DocOrigins | None:
+        """The batch's documents' origins (None when the reader did not place them or the input is unknown)."""
+        if self.offsets is None or self.lines is None or self.input < 0:
+            return None
+        return DocOrigins.of(self.input, self.offsets, self.lines)
 
     def texts(self) -> list[str]:
         if self.strs is not None:
@@ -182,7 +200,15 @@ def txt_block(data: bytes, start: int, lineno: int | None, limit: int, path: str
     if b"\r" in buffer:
         buffer = _CR_BEFORE_NL.sub(b"\n", buffer)
     skips.skip_lines("empty", path, len(empty), _locator(lines, empty, lineno, start))
-    return DocBatch(len(lines) - len(empty), buffer=buffer), len(lines)
+    kept = np.delete(np.arange(len(lines)), empty) if empty else np.arange(len(lines))
+    offsets, numbers = _places(lines, kept, start, lineno)
+    return DocBatch(len(kept), buffer=buffer, offsets=offsets, lines=numbers), len(lines)
+
+
+def _places(lines: Lines, kept: np.ndarray, start: int, lineno: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets, lines) of a block's documents, the lines ``kept`` (indexes into ``lines``)."""
+    numbers = np.full(len(kept), NO_LINE, dtype=np.int64) if lineno is None else kept.astype(np.int64) + lineno
+    return lines.starts[kept].astype(np.int64) + start, numbers
 
 
 def _maybe_out_of_range_number(a: np.ndarray) -> bool:
@@ -272,7 +298,11 @@ def jsonl_block(data: bytes, start: int, lineno: int | None, limit: int, key: st
         return None
     texts = _record_jsonl_skips(rows, blank, lines, key, _At(path, start, lineno), skips) if bad or blank \
         else cast("list[str]", rows)
-    return DocBatch(len(texts), strs=texts), len(lines)
+    kept = np.delete(np.arange(len(lines)), blank) if blank else np.arange(len(lines))
+    if bad:
+        kept = kept[np.fromiter((t is not None and not (t == "" or t.isspace()) for t in rows), bool, len(rows))]
+    offsets, numbers = _places(lines, kept, start, lineno)
+    return DocBatch(len(texts), strs=texts, offsets=offsets, lines=numbers), len(lines)
 
 
 @dataclass(frozen=True)

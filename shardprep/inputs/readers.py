@@ -31,6 +31,8 @@ log = logging.getLogger(__name__)
 
 SKIP_REASONS = ("invalid_utf8", "empty", "malformed_json", "missing_field", "too_long")
 MAX_EXAMPLES = 10
+NO_LINE = -1        # a document's line where lines are not counted (a range deep inside a split file, a row)
+Placed = tuple[int, int, str]     # a document with its origin in its input: (byte offset or row, line, text)
 
 
 class ReadOptions(Protocol):
@@ -136,8 +138,12 @@ def _decode(raw: bytes, path: str, line: int | None, byte: int, skips: SkipLog) 
         return None
 
 
-def txt_line_docs(lines: Lines, path: str, skips: SkipLog) -> Iterator[str]:
-    """One document per line (``--txt-mode line``)."""
+def _line_of(line: int | None) -> int:
+    return NO_LINE if line is None else line
+
+
+def txt_line_docs(lines: Lines, path: str, skips: SkipLog) -> Iterator[Placed]:
+    """One document per line (``--txt-mode line``), with its byte offset and line."""
     for line, byte, raw in lines:
         text = _decode(raw, path, line, byte, skips)
         if text is None:
@@ -145,11 +151,12 @@ def txt_line_docs(lines: Lines, path: str, skips: SkipLog) -> Iterator[str]:
         if not text or text.isspace():  # same test as `not text.strip()`, without copying the line
             skips.skip("empty", path, line, byte=byte)
             continue
-        yield text
+        yield byte, _line_of(line), text
 
 
-def paragraph_docs(lines: Lines, path: str, limit: int, skips: SkipLog) -> Iterator[str]:
-    """Blank-line separated documents (``--txt-mode paragraph``); a document keeps its inner newlines.
+def paragraph_docs(lines: Lines, path: str, limit: int, skips: SkipLog) -> Iterator[Placed]:
+    """Blank-line separated documents (``--txt-mode paragraph``), placed at their first line; a document keeps
+    its inner newlines.
 
     A paragraph with one bad line (invalid UTF-8) or over ``limit`` bytes in total is skipped whole:
     half a document is worse than none.
@@ -161,7 +168,7 @@ def paragraph_docs(lines: Lines, path: str, limit: int, skips: SkipLog) -> Itera
     for line, byte, raw in lines:
         if not raw or raw.isspace():
             if in_doc and not bad:
-                yield "\n".join(parts)
+                yield start_byte, _line_of(start_line), "\n".join(parts)
             parts, in_doc, bad, size = [], False, False, 0
             continue
         if not in_doc:
@@ -179,7 +186,7 @@ def paragraph_docs(lines: Lines, path: str, limit: int, skips: SkipLog) -> Itera
             continue
         parts.append(text)
     if in_doc and not bad:
-        yield "\n".join(parts)
+        yield start_byte, _line_of(start_line), "\n".join(parts)
 
 
 def jsonl_object(raw: bytes, path: str, line: int | None, byte: int, skips: SkipLog) -> dict[str, Any] | None:
@@ -204,8 +211,8 @@ def jsonl_object(raw: bytes, path: str, line: int | None, byte: int, skips: Skip
     return obj
 
 
-def jsonl_docs(lines: Lines, path: str, key: str, skips: SkipLog) -> Iterator[str]:
-    """One JSON object per line; the document is its string field ``key``."""
+def jsonl_docs(lines: Lines, path: str, key: str, skips: SkipLog) -> Iterator[Placed]:
+    """One JSON object per line; the document is its string field ``key`` (with the line's offset and line)."""
     for line, byte, raw in lines:
         obj = jsonl_object(raw, path, line, byte, skips)
         if obj is None:
@@ -218,7 +225,7 @@ def jsonl_docs(lines: Lines, path: str, key: str, skips: SkipLog) -> Iterator[st
         if not text or text.isspace():
             skips.skip("empty", path, line, byte=byte)
             continue
-        yield text
+        yield byte, _line_of(line), text
 
 
 def _no_constant(name: str) -> Any:
@@ -256,8 +263,8 @@ def _is_utf8(raw: bytes) -> bool:
         return False
 
 
-def row_texts(path: str, rows: Iterable[tuple[int, Any]], limit: int, skips: SkipLog) -> Iterator[str]:
-    """The skip policy for tabular inputs: (0-based row, value) in, usable texts out.
+def row_texts(path: str, rows: Iterable[tuple[int, Any]], limit: int, skips: SkipLog) -> Iterator[Placed]:
+    """The skip policy for tabular inputs: (0-based row, value) in, usable ``(row, -1, text)`` out.
 
     Skips report ``line`` as the 1-based row number.
     """
@@ -270,7 +277,7 @@ def row_texts(path: str, rows: Iterable[tuple[int, Any]], limit: int, skips: Ski
             if len(text.encode("utf-8")) > limit:
                 skips.skip("too_long", path, r + 1, f"longer than {limit} bytes")
                 continue
-        yield text
+        yield r, NO_LINE, text
 
 
 def iter_documents(inp: InputFile, item: WorkItem, opts: ReadOptions, skips: SkipLog) -> Iterator[str]:

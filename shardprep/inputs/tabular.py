@@ -11,12 +11,14 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
+import numpy as np
+
 from shardprep.errors import InputDataError
 from shardprep.inputs.arrow import row_slices
 from shardprep.inputs.discover import InputFile
 from shardprep.inputs.fastpath import WHITESPACE, DocBatch
 from shardprep.inputs.planned import OpenInput, parquet_file
-from shardprep.inputs.readers import SkipLog, row_texts
+from shardprep.inputs.readers import NO_LINE, SkipLog, row_texts
 
 ROWS_PER_BATCH = 1 << 15
 # Python's str.isspace() characters as an RE2 class: a value matching it whole is an "empty" document.
@@ -33,11 +35,11 @@ def column_batch(path: str, values: Any, first_row: int, limit: int, skips: Skip
     import pyarrow.compute as pc
 
     if not (pa.types.is_string(values.type) or pa.types.is_large_string(values.type)) or skips.strict:
-        docs = list(row_texts(path, enumerate(values.to_pylist(), first_row), limit, skips))
-        return DocBatch(len(docs), strs=docs)
+        return DocBatch.placed(list(row_texts(path, enumerate(values.to_pylist(), first_row), limit, skips)))
     blank = pc.fill_null(pc.match_substring_regex(values, _BLANK), True)
     too_long = pc.fill_null(pc.greater(pc.binary_length(values), limit), False)
     bad = pc.or_(blank, too_long)
+    rows = np.arange(first_row, first_row + len(values), dtype=np.int64)
     if pc.any(bad).as_py():
         flags = blank.to_numpy(zero_copy_only=False)
         for i in bad.to_numpy(zero_copy_only=False).nonzero()[0].tolist():
@@ -46,8 +48,9 @@ def column_batch(path: str, values: Any, first_row: int, limit: int, skips: Skip
             else:
                 skips.skip("too_long", path, first_row + i + 1, f"longer than {limit} bytes")
         values = pc.filter(values, pc.invert(bad))
+        rows = rows[~bad.to_numpy(zero_copy_only=False)]
     docs = values.to_pylist()
-    return DocBatch(len(docs), strs=docs)
+    return DocBatch(len(docs), strs=docs, offsets=rows, lines=np.full(len(docs), NO_LINE, dtype=np.int64))
 
 
 def parquet_batches(inp: InputFile, start: int, end: int | None, column: str, limit: int,

@@ -38,6 +38,7 @@ from shardprep.inputs.readers import SKIP_REASONS, ReadOptions, SkipLog
 from shardprep.job.encode import Progress, Sampler, StopFlag
 from shardprep.job.options import ChatOptions
 from shardprep.job.schema import Task
+from shardprep.shard.origins import DocOrigins
 from shardprep.shard.provenance import CheckRecord, SkipExample
 from shardprep.shard.trained import Trained
 from shardprep.shard.writer import ShardWriter
@@ -127,10 +128,10 @@ class ChatTaskEncoder:
             for batch in item_records(item.input, item.work, read, seen):
                 kept, conversations, tools = self._conversations(batch.records, path, seen)
                 results = self.encoder.encode(conversations, tools) if conversations else []
-                flat, lengths, trained = _written(kept, results, path, seen)
+                flat, lengths, trained, places = _written(kept, results, path, seen)
                 _fail_on_first(seen, skips)
                 if len(lengths):
-                    writer.add(flat, lengths, trained)
+                    writer.add(flat, lengths, trained, DocOrigins.of(item.work.input, *places))
                 progress(len(lengths), int(flat.size), batch.nbytes)
                 stop.check(work.index)
             _fail_on_first(seen, skips)      # a too-long last line ends the item without a batch
@@ -171,9 +172,12 @@ def _fail_on_first(seen: SkipLog, skips: SkipLog) -> None:
 
 
 def _written(records: list[Record], results: list[EncodedConversation | ChatTemplateError], path: str,
-             skips: SkipLog) -> tuple[np.ndarray, np.ndarray, Trained]:
-    """The batch's kept conversations as flat ids, lengths and trained ranges; the others counted."""
+             skips: SkipLog) -> tuple[np.ndarray, np.ndarray, Trained, tuple[list[int], list[int]]]:
+    """The batch's kept conversations as flat ids, lengths, trained ranges and (offsets, lines); the others
+    counted."""
     ids, counts, ranges = [], [], []
+    offsets: list[int] = []
+    lines: list[int] = []
     for rec, result in zip(records, results):
         if isinstance(result, ChatTemplateError):
             skips.skip("template_refused", path, rec.line, result.template_message, byte=rec.byte)
@@ -183,7 +187,11 @@ def _written(records: list[Record], results: list[EncodedConversation | ChatTemp
             ids.append(result.ids)
             counts.append(len(result.trained))
             ranges.append(result.trained.astype(np.int64).reshape(-1, 2))
+            offset, line = rec.origin()
+            offsets.append(offset)
+            lines.append(line)
     if not ids:
-        return np.zeros(0, dtype=np.uint32), np.zeros(0, dtype=np.int64), Trained.empty()
+        return np.zeros(0, dtype=np.uint32), np.zeros(0, dtype=np.int64), Trained.empty(), ([], [])
     lengths = np.fromiter((a.size for a in ids), dtype=np.int64, count=len(ids))
-    return np.concatenate(ids), lengths, Trained(np.asarray(counts, dtype=np.int64), np.concatenate(ranges))
+    trained = Trained(np.asarray(counts, dtype=np.int64), np.concatenate(ranges))
+    return np.concatenate(ids), lengths, trained, (offsets, lines)

@@ -236,7 +236,7 @@ class InlineEncoder:
     def encode(self, enc: Encoding) -> Encoded:
         for batch in task_batches(enc.work, enc.read, enc.skips, enc.backend.block_bytes):
             flat, lengths = encoded_batch(batch, enc.backend, enc.bounds, enc.sampler)
-            enc.writer.add(flat, lengths)
+            enc.writer.add(flat, lengths, origins=batch.origins())
             enc.progress(len(lengths), int(flat.size), batch_bytes(batch))
             enc.stop.check(enc.work.index)
         return Encoded()

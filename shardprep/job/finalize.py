@@ -17,6 +17,7 @@ from shardprep.job.schema import CREATED_BY, Job
 from shardprep.job.state import format_array_ranges, job_state, load_job
 from shardprep.shard.format import INDEX_FILE, JOB_FILE, format_version
 from shardprep.shard.index import Index, IndexContractError, IndexShard, IndexTokenizer, IndexTotals
+from shardprep.shard.sidecar import SidecarSummary
 from shardprep.storage.atomic import write_json_atomic
 from shardprep.storage.locations import join
 from shardprep.storage.lock import output_lock
@@ -39,7 +40,7 @@ def build_index(output: Path) -> Index:
         )
     shards = []
     skipped: dict[str, int] = {}
-    version = format_version(job.options.chat is not None)
+    version = _shards_version(state.done, job.options.chat is not None)
     for t in range(state.n_tasks):
         sc = state.done[t]
         if sc.tokenizer_fingerprint != job.tokenizer.fingerprint or sc.format_version != version:
@@ -62,6 +63,21 @@ def build_index(output: Path) -> Index:
         totals=IndexTotals(len(shards), totals.samples, totals.documents, totals.tokens, totals.bytes, skipped,
                            trained),
     )
+
+
+def _shards_version(done: dict[int, SidecarSummary], chat: bool) -> int:
+    """The format version index.json records: the sidecars', which must all have one (a job finished by this
+    release writes 3; one finished by an earlier release keeps its 1 or 2, and its shards stay finished)."""
+    versions: dict[int, list[int]] = {}
+    for t, sc in done.items():
+        versions.setdefault(sc.format_version, []).append(t)
+    if len(versions) > 1:
+        old = sorted(t for v, tasks in versions.items() if v != max(versions) for t in tasks)
+        raise IncompleteError(f"the shards are of format versions {sorted(versions)}: task(s) "
+                              f"{format_array_ranges(old)} were written by an earlier release",
+                              hint="remove those tasks' sidecars (shard-NNNNN.json) and `shardprep submit --resume` "
+                                   "to write them again with each document's origin (format 3)")
+    return next(iter(versions), format_version(chat))
 
 
 def index_tokenizer(job: Job) -> IndexTokenizer:

@@ -40,6 +40,7 @@ from shardprep.job.encode import Boundaries, Encoded, Encoding, Sampler, StopFla
 from shardprep.job.resources import die_with_parent, peak_rss_bytes
 from shardprep.job.slots import PieceIds, Slots, Workers
 from shardprep.shard.format import DTYPES
+from shardprep.shard.origins import DocOrigins
 from shardprep.shard.writer import narrow_ids
 from shardprep.storage.objects import READS, ReadCounts
 from shardprep.tokenizer.backend import Backend
@@ -79,6 +80,7 @@ class PieceResult:
     worker: int = 0                                      # the worker's pid and its peak RSS so far
     peak_rss: int = 0
     in_slot: bool = False                                # ids and lengths in the piece's slot (else piped)
+    origins: DocOrigins | None = None                    # its documents' (lines relative to the piece's start)
 
 
 def piece_bytes(items: Any, workers: int) -> int:
@@ -161,14 +163,17 @@ def _encode_piece(piece: Piece, setup: _Setup, slots: Slots) -> tuple[PieceResul
     reads = READS.snapshot()
     sampler = Sampler() if setup.sample else None
     out = PieceIds(slots, piece.slot)
+    origins: list[DocOrigins | None] = []
     for batch in piece_batches(piece.input, piece.work, setup.read, skips, count,
                                block_bytes=setup.backend.block_bytes):
         flat, lengths = encoded_batch(batch, setup.backend, setup.bounds, sampler)
         out.add(narrow_ids(flat, setup.dtype), lengths)
+        origins.append(batch.origins())
     piped = out.piped()
     result = PieceResult(piece.index, out.docs, out.tokens, count.lines, skips.counts, skips.examples,
                          skips.nul_bytes, sampler, READS.snapshot().since(reads), worker=os.getpid(),
-                         peak_rss=peak_rss_bytes(), in_slot=piped is None)
+                         peak_rss=peak_rss_bytes(), in_slot=piped is None,
+                         origins=None if None in origins else DocOrigins.concat(origins))  # type: ignore[arg-type]
     return result, piped
 
 
@@ -271,10 +276,15 @@ class _Merge:
         self.item, self.lines_before, self.kept = k, 0, 0
         self.watch = ItemWatch(self.skips)
 
-    def add(self, piece: Piece, result: PieceResult) -> None:
+    def add(self, piece: Piece, result: PieceResult) -> DocOrigins | None:
+        """Fold in ``result``; return its documents' origins with their lines made absolute."""
         if piece.item != self.item:
             self._switch(piece.item)
         first_line = self.items[piece.item].work.first_line
+        origins = result.origins
+        if origins is not None and first_line is not None and not piece.input.tabular:
+            counted = origins.line > 0
+            origins.line[counted] += first_line + self.lines_before - 1
         for example in result.examples:
             if len(self.skips.examples) >= MAX_EXAMPLES:
                 break
@@ -291,6 +301,7 @@ class _Merge:
             self.sampler.merge(result.sampler)
         if result.reads is not None:
             READS.merge(result.reads)
+        return origins
 
     def finish(self) -> None:
         if self.watch is not None:
@@ -321,9 +332,9 @@ class ParallelEncoder:
         finished = False
         try:
             for piece, result, flat, lengths in _results(pieces, pool, enc.stop, self.meanwhile):
-                merge.add(piece, result)
+                origins = merge.add(piece, result)
                 peaks[result.worker] = max(peaks.get(result.worker, 0), result.peak_rss)
-                writer.add(flat, lengths)
+                writer.add(flat, lengths, origins=origins)
                 writer.release()                  # its slot is given out again
                 enc.progress(result.documents, result.tokens, shares[piece.index])
             merge.finish()

@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from shardprep.errors import ConfigError, IncompleteError, RecordError
@@ -39,6 +39,7 @@ from shardprep.shard.format import (
     REPAIR_DIR,
     SHARD_RE,
     TOKENIZER_FILE,
+    has_origins,
     shard_name,
 )
 from shardprep.shard.index import Index, IndexContractError, IndexShard, sidecar_mismatches
@@ -127,7 +128,16 @@ def _sidecar_ok(output: Path, index: Index, entry: IndexShard, rebuilt: Sidecar)
     except (OSError, RecordError):
         return False
     return (sidecar.plan_fingerprint == rebuilt.plan_fingerprint and sidecar.chunks == rebuilt.chunks
+            and (sidecar.origins_record is None or sidecar.origins_record == rebuilt.origins_record)
             and not sidecar_mismatches(index, entry, sidecar))
+
+
+def _as_published(scratch: Path, index: Index, entry: IndexShard, rebuilt: Sidecar) -> None:
+    """The rebuilt sidecar in the format index.json publishes: a job finalized before format 3 keeps its
+    version (the loader holds every sidecar to index.json's), without the origins it cannot declare."""
+    if rebuilt.format_version != index.format_version and not has_origins(index.format_version):
+        old = replace(rebuilt, format_version=index.format_version, origins_record=None)
+        write_json_atomic(scratch / entry.sidecar, old.to_dict())
 
 
 def _rebuild(output: Path, scratch: Path, index: Index, entry: IndexShard) -> bool:
@@ -147,6 +157,7 @@ def _rebuild(output: Path, scratch: Path, index: Index, entry: IndexShard) -> bo
     keep_sidecar = _sidecar_ok(output, index, entry, got)
     os.replace(scratch / entry.name, output / entry.name)
     if not keep_sidecar:
+        _as_published(scratch, index, entry, got)
         os.replace(scratch / entry.sidecar, output / entry.sidecar)
     fsync_dir(output)
     return not keep_sidecar

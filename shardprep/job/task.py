@@ -41,6 +41,7 @@ from shardprep.job.resources import keep_freed_memory, peak_rss_bytes, set_token
 from shardprep.job.schema import CREATED_BY, Job, Task, TaskItem
 from shardprep.job.state import check_task, load_job, read_frozen_tokenizer
 from shardprep.shard.format import LOG_DIR, format_version, shard_name, sidecar_name
+from shardprep.shard.origins import encode_origins
 from shardprep.shard.provenance import BackendRecord, RemoteReads, TaskStats
 from shardprep.shard.sidecar import Sidecar
 from shardprep.shard.writer import ShardResult, ShardWriter
@@ -359,8 +360,10 @@ def build_sidecar(job: Job, task: int, result: ShardResult, skips: SkipLog, back
     """Step 5: the sidecar of a written shard (public: the scaling benchmark synthesizes sidecars with it)."""
     opts, tok = job.options, job.tokenizer
     elapsed, peak_rss = cost.elapsed, cost.peak_rss
+    origins = None if result.origins is None else encode_origins(result.origins)
     return Sidecar.holding(
-        result, format_version=format_version(opts.chat is not None), created_by=CREATED_BY, task=task, shard=shard_name(task),
+        result, format_version=format_version(opts.chat is not None, origins=origins is not None),
+        created_by=CREATED_BY, task=task, shard=shard_name(task), origins_record=origins,
         plan_fingerprint=job.fingerprint, tokenizer_fingerprint=tok.fingerprint, layout=opts.layout,
         dtype=tok.dtype, chunks=result.chunks, skipped=skips.counts,
         trained_tokens=result.trained_tokens if result.chunks.chat else None,

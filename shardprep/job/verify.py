@@ -65,7 +65,16 @@ def check_shard(out: Output, entry: IndexShard) -> ShardCheck:
         return ShardCheck(entry.name, problems + [f"sidecar unreadable: {unreadable}"])
     problems += [f"sidecar {key} {got!r} != index {want!r}" for key, got, want in
                  sidecar_mismatches(out.index, entry, sidecar)]
-    return ShardCheck(entry.name, problems + found)
+    return ShardCheck(entry.name, problems + found + _origins_problems(sidecar))
+
+
+def _origins_problems(sidecar: Sidecar) -> list[str]:
+    """The sidecar's document origins decoded and checked (one per document, inputs among the task's)."""
+    try:
+        sidecar.origins     # noqa: B018 - decoded on first use
+    except RecordError as e:
+        return [f"sidecar origins unreadable: {e}"]
+    return []
 
 
 def _read_sidecar(out: Output, entry: IndexShard) -> tuple[Sidecar | None, str]:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import re
 
-FORMAT_VERSION = 1          # shards, sidecars, index.json (and the plan fingerprint's body)
+FORMAT_VERSION = 1          # shards, sidecars, index.json (and, unchanged since, the plan fingerprint's body)
 CHAT_FORMAT_VERSION = 2     # the same, with each chunk's trained ranges (chat/SFT data, shard.trained): a reader
                             # that knows only 1 refuses such a shard instead of training on every token
-FORMAT_VERSIONS = (FORMAT_VERSION, CHAT_FORMAT_VERSION)     # what this shardprep reads
+ORIGINS_FORMAT_VERSION = 3  # what tasks write now: every sidecar has each document's origin (shard.origins),
+                            # text and chat alike (a chat shard's chunk table holds trained ranges, as in 2)
+FORMAT_VERSIONS = (FORMAT_VERSION, CHAT_FORMAT_VERSION, ORIGINS_FORMAT_VERSION)     # what this shardprep reads
 PLAN_FORMAT_VERSION = 3     # job.json + plan/: 3 = always sealed (issue 31); 2 = per-task records in plan/
                             # (issue 16), sealed only by later releases; 1 had them inline
 JOB_FILE = "job.json"
@@ -29,9 +31,23 @@ EXT_FOR_DTYPE = {"uint16": "u16", "uint32": "u32"}
 DTYPE_FOR_EXT = {v: k for k, v in EXT_FOR_DTYPE.items()}
 
 
-def format_version(chat: bool) -> int:
-    """The format version of a job's shards, sidecars and index: 2 for chat data, else 1 (unchanged bytes)."""
+def format_version(chat: bool, *, origins: bool = True) -> int:
+    """The format version a task writes: 3 (each document's origin in the sidecar), chat data or not; without
+    ``origins`` (a synthesized shard) 2 for chat data, else 1.  The shard's own bytes are those of 1 (2)."""
+    if origins:
+        return ORIGINS_FORMAT_VERSION
     return CHAT_FORMAT_VERSION if chat else FORMAT_VERSION
+
+
+def chat_in_version(version: int) -> bool | None:
+    """Whether shards of ``version`` are chat data: 1 never, 2 always, None from 3 on (their chunk table,
+    or index.json's ``totals.trained_tokens``, says)."""
+    return {FORMAT_VERSION: False, CHAT_FORMAT_VERSION: True}.get(version)
+
+
+def has_origins(version: int) -> bool:
+    """Whether sidecars of ``version`` hold every document's origin (``origins``, from format 3)."""
+    return version >= ORIGINS_FORMAT_VERSION
 
 
 def shard_name(task: int) -> str:

@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING
 from shardprep.errors import IncompleteError, InputDataError
 from shardprep.records import OMIT_NONE, Fields, Record, all_of, load_json, record
 from shardprep.shard.format import (
-    CHAT_FORMAT_VERSION,
     DTYPES,
     FORMAT_VERSIONS,
     INDEX_FILE,
     LAYOUTS,
+    chat_in_version,
     shard_name,
     sidecar_name,
 )
@@ -130,8 +130,10 @@ class Index(Record):
 
     @property
     def chat(self) -> bool:
-        """Chat/SFT data: every chunk carries its trained ranges (format 2)."""
-        return self.format_version == CHAT_FORMAT_VERSION
+        """Chat/SFT data: every chunk carries its trained ranges (format 2; from format 3, an index whose
+        totals count trained tokens)."""
+        chat = chat_in_version(self.format_version)
+        return self.totals.trained_tokens is not None if chat is None else chat
 
     def check(self, where: str | Path) -> None:
         """Refuse an index that contradicts itself (``IndexContractError``, exit 5, naming the first problem)."""

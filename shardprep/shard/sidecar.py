@@ -13,12 +13,14 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Iterator, TypeVar
 
-from shardprep.records import OMIT_NONE, PRINTABLE, PRINTABLES, Fields, Record, load_json, record
-from shardprep.shard.format import DTYPES, FORMAT_VERSIONS, LAYOUTS, format_version
+from shardprep.records import NOT_WRITTEN, OMIT_NONE, PRINTABLE, PRINTABLES, Fields, Record, dump, load_json, record
+from shardprep.shard.format import DTYPES, FORMAT_VERSIONS, LAYOUTS, chat_in_version, has_origins
 from shardprep.shard.provenance import BackendRecord, SkipExample, TaskStats
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
+
+    from shardprep.shard.origins import DocOrigins, OriginsRecord
 
 CHUNK_COLUMNS = ("key", "tokens_offset", "tokens", "docs", "doclens_offset", "doclens_itemsize")
 CHAT_COLUMNS = ("trained_offset", "trained_itemsize", "trained_ranges")      # chat shards only (format 2)
@@ -143,13 +145,15 @@ class ChunkTable(Record):
 
 @dataclass(frozen=True)
 class SidecarInput(Record):
-    """One work item of the task, as its sidecar records it (the path, not the job's input number)."""
+    """One work item of the task, as its sidecar records it: the path and, from format 3, the job's input
+    number (``input``: what ``origins`` names; None in older sidecars)."""
 
     path: str = field(metadata=PRINTABLE)
     start: int
     end: int | None
     unit: str
     first_line: int | None
+    input: int | None = field(default=None, metadata=OMIT_NONE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,6 +202,27 @@ class Sidecar(ShardTotals):
     inputs: tuple[SidecarInput, ...] = ()
     backend: BackendRecord = field(default_factory=lambda: BackendRecord(None))   # informational
     stats: TaskStats = field(default_factory=TaskStats)                          # informational
+    # each document's input, offset and line, packed (format 3; written after ``chunks`` by ``to_dict``)
+    origins_record: OriginsRecord | None = field(default=None, metadata=NOT_WRITTEN)
+    where: str = field(default="", compare=False, metadata=NOT_WRITTEN)        # the file it was read from
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dump(self)
+        if self.origins_record is None:
+            return out
+        items = list(out.items())
+        at = [k for k, _ in items].index("chunks") + 1
+        return dict([*items[:at], ("origins", dump(self.origins_record)), *items[at:]])
+
+    @cached_property
+    def origins(self) -> DocOrigins | None:
+        """Each document's input (index into the plan's inputs), byte offset or row, and line, in document
+        order; None for a shard written before format 3.  Decoded and checked on first use (RecordError
+        naming the sidecar and the key): one entry per document, inputs among the task's."""
+        if self.origins_record is None:
+            return None
+        inputs = {i.input for i in self.inputs if i.input is not None}
+        return self.origins_record.decode(self.documents, self.where or self.shard, inputs or None)
 
     @property
     def skipped_total(self) -> int:
@@ -215,6 +240,8 @@ class Sidecar(ShardTotals):
 
     @classmethod
     def parse(cls, data: builtins.bytes, where: str | Path) -> "Sidecar":  # (``bytes`` is a field here)
+        from shardprep.shard.origins import OriginsRecord  # (a reader of the chunk table loads no more)
+
         f = load_json(data, str(where), "sidecar")
         table = ChunkTable.parse(f.obj_at("chunks"))
         sidecar = cls.holding(
@@ -230,6 +257,7 @@ class Sidecar(ShardTotals):
             warnings=f.strs("warnings") if f.has("warnings") else (),
             inputs=tuple(_sidecar_input(o) for o in f.objects("inputs")),
             backend=BackendRecord.parse(f.obj_at("backend")), stats=TaskStats.parse(f.obj_at("stats")),
+            origins_record=OriginsRecord.parse(f.obj_at("origins")) if f.has("origins") else None, where=str(where),
         )
         _check_totals(f, sidecar)
         return sidecar
@@ -237,7 +265,8 @@ class Sidecar(ShardTotals):
 
 def _sidecar_input(f: Fields) -> SidecarInput:
     return SidecarInput(f.str("path"), f.int("start", minimum=0), f.int("end", optional=True), f.str("unit"),
-                        f.int("first_line", optional=True))
+                        f.int("first_line", optional=True),
+                        f.int("input", minimum=0) if f.has("input") else None)
 
 
 def _check_totals(f: Fields, s: Sidecar) -> None:
@@ -249,9 +278,12 @@ def _check_totals(f: Fields, s: Sidecar) -> None:
     if sum(s.chunks.docs) != s.documents:
         f.fail("chunks.docs", f"adds up to {sum(s.chunks.docs)} but documents is {s.documents}")
     chat = s.chunks.chat
-    if s.format_version != format_version(chat) or (s.trained_tokens is not None) != chat:
+    if chat_in_version(s.format_version) not in (None, chat) or (s.trained_tokens is not None) != chat:
         f.fail("format_version", f"{s.format_version} with{'' if chat else 'out'} trained ranges in the chunk table "
-                                 f"and{'' if s.trained_tokens is not None else ' no'} trained_tokens: a chat shard is "
-                                 "format 2 with both, any other format 1 with neither")
+                                 f"and{'' if s.trained_tokens is not None else ' no'} trained_tokens: a chat shard has "
+                                 "both (format 2 or 3), any other neither (format 1 or 3)")
+    if has_origins(s.format_version) != (s.origins_record is not None):
+        f.fail("origins", f"{'missing' if has_origins(s.format_version) else 'present'} in a sidecar of format "
+                          f"{s.format_version} (format 3 and later record each document's origin)")
     if s.trained_tokens is not None and s.trained_tokens > s.tokens:
         f.fail("trained_tokens", f"is {s.trained_tokens}, more than the shard's {s.tokens} tokens")

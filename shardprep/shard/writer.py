@@ -17,6 +17,7 @@ import numpy as np
 
 from shardprep.shard import trained as trained_member
 from shardprep.shard.format import DTYPES, EXT_FOR_DTYPE, LAYOUTS, sample_key
+from shardprep.shard.origins import DocOrigins
 from shardprep.shard.sidecar import ChunkTable, ShardTotals
 from shardprep.shard.trained import Trained
 from shardprep.storage.atomic import AtomicFile, HashingWriter, no_space_error, start_writeback
@@ -43,6 +44,7 @@ class ShardResult(ShardTotals):
     path: Path
     chunks: ChunkTable
     trained_tokens: int = 0       # a chat shard's tokens with a label (shard.trained)
+    origins: DocOrigins | None = None     # each document's origin, when every batch came with them
 
 
 class ShardWriter:
@@ -78,15 +80,19 @@ class ShardWriter:
         self.documents = 0
         self.tokens = 0
         self._closed = False
+        self._origins: list[DocOrigins] | None = []     # None once a batch came without them
 
     # -- public -------------------------------------------------------------------------------------
-    def add(self, flat_ids: np.ndarray, lengths: np.ndarray, trained: Trained | None = None) -> None:
-        """Add a batch of documents: ``flat_ids`` concatenated, ``lengths`` per document (sum matches), and in
-        a chat shard their ``trained`` ranges (one entry per document)."""
+    def add(self, flat_ids: np.ndarray, lengths: np.ndarray, trained: Trained | None = None,
+            origins: DocOrigins | None = None) -> None:
+        """Add a batch of documents: ``flat_ids`` concatenated, ``lengths`` per document (sum matches), in
+        a chat shard their ``trained`` ranges (one entry per document), and where each came from
+        (``origins``, one per document: the shard's result has them when every batch had)."""
         if (trained is not None) != self.chat:
             raise ValueError("a chat shard takes trained ranges with every batch, any other shard none")
         if len(lengths) == 0:
             return
+        self._add_origins(len(lengths), origins)
         ids = narrow_ids(flat_ids, self.dtype_name)
         lengths = np.asarray(lengths, dtype=np.int64)
         if self.layout == "doc":
@@ -116,6 +122,14 @@ class ShardWriter:
             if self._pending_count >= self.chunk_tokens:
                 self._flush_chunk()
 
+    def _add_origins(self, n: int, origins: DocOrigins | None) -> None:
+        if origins is not None and len(origins) != n:
+            raise ValueError(f"{len(origins)} document origins for a batch of {n} documents")
+        if origins is None or self._origins is None:
+            self._origins = None
+        else:
+            self._origins.append(origins)
+
     def release(self) -> None:
         """Copy what is held of the ids and lengths passed to :meth:`add` (the start of the next chunk,
         views into them until then), so the caller may reuse their memory."""
@@ -139,6 +153,7 @@ class ShardWriter:
             tokens=self.tokens,
             chunks=ChunkTable.from_rows(self._rows, chat=self.chat),
             trained_tokens=self.trained_tokens,
+            origins=None if self._origins is None else DocOrigins.concat(self._origins),
         )
 
     def abort(self) -> None:

@@ -57,9 +57,10 @@ class TaskItem:
         return f"{self.input.path}[{self.work.start}:{self.work.end}]"
 
     def sidecar_input(self) -> SidecarInput:
-        """The item as a sidecar's ``inputs`` entry: the path instead of the job's input number."""
+        """The item as a sidecar's ``inputs`` entry: the path, and the job's input number (what the sidecar's
+        ``origins`` name)."""
         w = self.work
-        return SidecarInput(printable(self.input.path), w.start, w.end, w.unit, w.first_line)
+        return SidecarInput(printable(self.input.path), w.start, w.end, w.unit, w.first_line, w.input)
 
     @property
     def nbytes(self) -> int:
