@@ -42,7 +42,7 @@ from steplog import StepLog, add_log_every
 
 from shardprep.errors import ShardprepError
 from shardprep.loader import ShardDataset, make_dataloader
-from shardprep.loader.locate import DocRef
+from shardprep.loader.quarantine import load_quarantine
 from shardprep.loader.skips import Skips
 
 
@@ -72,7 +72,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--skip-steps", action="append", default=[], metavar="A:B",
                    help="leave out global loader steps A..B (inclusive, from 0); repeatable")
     p.add_argument("--quarantine", default=None, metavar="FILE",
-                   help="documents to leave out: one 'source shard doc' a line")
+                   help="a quarantine file (YAML or JSON: steps, documents, shards, input ranges; docs/loader.md)")
     p.add_argument("--dcp", default=None, metavar="DIR", help="also save the loader with torch.distributed.checkpoint")
     p.add_argument("--resume-dcp", default=None, metavar="DIR", help="with --resume: the loader from this DCP checkpoint")
     add_log_every(p)
@@ -192,7 +192,7 @@ def setup(args: argparse.Namespace, ds: ShardDataset):
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
         torch.cuda.set_device(device)
     loader = make_dataloader(ds, batch_size=args.batch_size, num_workers=args.num_workers,
-                             pin_memory=device.type == "cuda", skip=skips(args))
+                             pin_memory=device.type == "cuda", skip=skips(args, ds))
     vocab = ds.vocab_size or 65536
     model = torch.nn.parallel.DistributedDataParallel(TinyLM(vocab).to(device),
                                                       device_ids=[device.index] if device.type == "cuda" else None)
@@ -212,20 +212,16 @@ def setup(args: argparse.Namespace, ds: ShardDataset):
     return loader, model, optim, device, start_epoch, step
 
 
-def skips(args: argparse.Namespace) -> Skips | None:
+def skips(args: argparse.Namespace, ds: ShardDataset) -> Skips | None:
     """``--skip-steps`` and ``--quarantine`` as the loader's ``Skips`` (None: nothing to leave out)."""
     steps = []
     for text in getattr(args, "skip_steps", None) or []:
         a, _, b = text.partition(":")
         steps.append((int(a), int(b or a)))
-    docs = set()
     if getattr(args, "quarantine", None):
-        for line in Path(args.quarantine).read_text().splitlines():
-            line = line.split("#", 1)[0].strip()
-            if line:
-                source, shard, doc = (int(x) for x in line.split())
-                docs.add(DocRef(source, shard, doc))
-    return Skips(steps=tuple(steps), documents=frozenset(docs)) if steps or docs else None
+        found = load_quarantine(args.quarantine).resolve(ds.reading)
+        return Skips(steps=tuple(steps) + found.steps, documents=found.documents)
+    return Skips(steps=tuple(steps)) if steps else None
 
 
 def save(path: str | None, model, optim, loader, step: int, rank: int, dcp_dir: str | None = None) -> None:

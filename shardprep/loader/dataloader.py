@@ -20,6 +20,7 @@ of format /1 still loads: its run starts counting steps at 0 there.  The loader 
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any, Iterator
 
 from shardprep.errors import ConfigError
@@ -60,7 +61,8 @@ class ShardLoader:
 
     def __init__(self, dataset: ShardDataset, *, batch_size: int | None, num_workers: int = 0,
                  pin_memory: bool = False, rank: int | None = None, world_size: int | None = None,
-                 batches_per_transfer: int | None = None, skip: Skips | None = None, **dataloader_kwargs: Any):
+                 batches_per_transfer: int | None = None, skip: Skips | str | os.PathLike | None = None,
+                 **dataloader_kwargs: Any):
         if isinstance(dataset.layout, Doc):
             if batch_size not in (None, 1):
                 raise ConfigError(f"batch_size={batch_size} is invalid for mode='doc' (documents are yielded "
@@ -138,11 +140,17 @@ class ShardLoader:
             return self.epoch + 1, self._run.fresh(self.epoch + 1)
         return self.epoch, self._current_remaining()
 
-    def skip(self, skips: Skips) -> None:
+    def skip(self, skips: Skips | str | os.PathLike) -> None:
         """Leave out ``skips`` from here on (module ``skips``): step ranges ``a..b`` (global steps counted from
         0, the batches the run as it stands reads there) and documents (every position holding them, this
-        epoch and every later one).  What remains is split again: every rank keeps equal steps.  Called
-        between passes; ConfigError for steps already delivered or documents the data does not have."""
+        epoch and every later one); a path is a quarantine file (``loader.quarantine``: steps, documents,
+        shards, input byte or row ranges), resolved against this loader's data.  What remains is split
+        again: every rank keeps equal steps.  Called between passes; ConfigError for steps already delivered
+        or data the dataset does not have."""
+        if not isinstance(skips, Skips):
+            from shardprep.loader.quarantine import load_quarantine
+
+            skips = load_quarantine(os.fspath(skips)).resolve(self.dataset.reading)
         if self._iterating:
             raise ConfigError("skip() is called between passes, not while the loader is iterating")
         step = self.step
@@ -275,7 +283,7 @@ class ShardLoader:
 
 def make_dataloader(dataset: ShardDataset, *, batch_size: int | None = 8, num_workers: int = 0,
                     pin_memory: bool = False, rank: int | None = None, world_size: int | None = None,
-                    batches_per_transfer: int | None = None, skip: Skips | None = None,
+                    batches_per_transfer: int | None = None, skip: Skips | str | os.PathLike | None = None,
                     **dataloader_kwargs: Any) -> ShardLoader:
     """Wrap ``dataset`` for this rank: ``for batch in loader`` yields dicts of tensors.
 
@@ -284,7 +292,7 @@ def make_dataloader(dataset: ShardDataset, *, batch_size: int | None = 8, num_wo
     ``timeout``, ``multiprocessing_context``).  Raises ConfigError when a full epoch cannot give every rank
     one batch.  ``batches_per_transfer`` (default: about 256K tokens' worth) is how many consecutive batches a
     worker sends per queue item; it changes prefetch granularity only, never the batches.  ``skip``: steps
-    and documents to leave out (``ShardLoader.skip``; after a loaded state's own).
+    and documents to leave out, or a quarantine file (``ShardLoader.skip``; after a loaded state's own).
     """
     return ShardLoader(dataset, batch_size=batch_size, num_workers=num_workers, pin_memory=pin_memory, rank=rank,
                        world_size=world_size, batches_per_transfer=batches_per_transfer, skip=skip,

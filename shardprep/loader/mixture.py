@@ -246,12 +246,13 @@ def _positive_int(value: object, key: str, origin: str) -> int:
 
 
 # -- opening and checking the sources --------------------------------------------------------------------
-def open_sources(spec: MixSpec, *, verify: bool = False, storage: StorageOptions | None = None) -> list[DatasetIndex]:
+def open_sources(spec: MixSpec, *, verify: bool = False, storage: StorageOptions | None = None,
+                 files: bool = True) -> list[DatasetIndex]:
     """Every source's index (read and checked as the loader checks one dataset), then the mix checks."""
     indexes = []
     for s in spec.sources:
         try:
-            indexes.append(load_index(s.location, verify=verify, storage=storage))
+            indexes.append(load_index(s.location, verify=verify, storage=storage, files=files))
         except ShardprepError as e:
             hint = "a mixture source must be a finalized output (run `shardprep finalize`)" \
                 if "index.json" in str(e.args[0]) else e.hint
@@ -290,9 +291,9 @@ def check_compatible(spec: MixSpec, indexes: list[DatasetIndex]) -> None:
 
 
 def open_mixture(spec: MixSpec, *, layout: Layout, seed: int, verify: bool = False,
-                 storage: StorageOptions | None = None) -> Mixture:
+                 storage: StorageOptions | None = None, files: bool = True) -> Mixture:
     """Open and check every source, then size the run (``ShardDataset`` and ``shardprep mix`` both start here)."""
-    return Mixture(spec, open_sources(spec, verify=verify, storage=storage), layout=layout, seed=seed)
+    return Mixture(spec, open_sources(spec, verify=verify, storage=storage, files=files), layout=layout, seed=seed)
 
 
 # -- the run -----------------------------------------------------------------------------------------------

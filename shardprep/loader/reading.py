@@ -36,12 +36,14 @@ from shardprep.storage.locations import StorageOptions
 SHUFFLE_TOKENS = 1 << 23      # default shuffle block: about 8M tokens of units (16 MiB of uint16)
 
 
-def open_dataset(source: Dataset | LegacyTars, *, verify: bool, storage: StorageOptions) -> DatasetIndex:
-    """One dataset's index: a finalized output's (checked against its files), or legacy tars scanned."""
+def open_dataset(source: Dataset | LegacyTars, *, verify: bool, storage: StorageOptions,
+                 files: bool = True) -> DatasetIndex:
+    """One dataset's index: a finalized output's (checked against its files unless ``files`` is False), or
+    legacy tars scanned."""
     if isinstance(source, LegacyTars):
         from shardprep.loader.legacy import load_legacy
         return load_legacy(list(source.paths))
-    return load_index(source.location, verify=verify, storage=storage)
+    return load_index(source.location, verify=verify, storage=storage, files=files)
 
 
 @dataclass
@@ -57,15 +59,17 @@ class Sizes:
 class Reading:
     """A source opened under a ``LoaderConfig``: everything a pass's order depends on (module docstring)."""
 
-    def __init__(self, source: Source, config: LoaderConfig):
+    def __init__(self, source: Source, config: LoaderConfig, *, files: bool = True):
+        """``files``: check that every listed shard exists with its size, as a loader does before its first
+        batch; ``trace`` leaves it out (it reads only the sidecars a step touches, and those reads fail clearly)."""
         self.config = cfg = config
         self.mixture: Mixture | None = None
         if isinstance(source, MixSpec):
             self.mixture = open_mixture(source, layout=cfg.layout, seed=cfg.seed, verify=cfg.verify,
-                                        storage=cfg.storage)
+                                        storage=cfg.storage, files=files)
             self.sources = self.mixture.indexes
         else:
-            self.sources = [open_dataset(source, verify=cfg.verify, storage=cfg.storage)]
+            self.sources = [open_dataset(source, verify=cfg.verify, storage=cfg.storage, files=files)]
         self.index = self.sources[0]
         self.tables: list[dict[int, ChunkTable]] = [{} for _ in self.sources]
         self.chat = any(i.record is not None and i.record.chat for i in self.sources)

@@ -87,7 +87,7 @@ def open_reading(spec: object, opts: RunOptions) -> Reading:
     layout = layout_of(mode, opts.seq_len)
     config = LoaderConfig(layout=layout, seed=opts.seed or 0, shuffle=True if opts.shuffle is None else opts.shuffle,
                           shuffle_block=opts.shuffle_block)
-    return Reading(source_from(spec, total_tokens=opts.total_tokens), config)
+    return Reading(source_from(spec, total_tokens=opts.total_tokens), config, files=False)
 
 
 def fingerprint(reading: Reading) -> str:

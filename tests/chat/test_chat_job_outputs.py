@@ -95,11 +95,11 @@ def test_inspect_decode_shows_trained_text(chat_out: Path) -> None:
 
 def test_index_counts_the_trained_tokens(chat_out: Path) -> None:
     index = json.loads((chat_out / "index.json").read_text())
-    assert index["format_version"] == 2
+    assert index["format_version"] == 3      # format 3: chat chunks carry trained ranges, every sidecar its documents' origins
     assert index["totals"]["trained_tokens"] == sum(s["trained_tokens"] for s in sidecars(chat_out)) > 0
 
 
-def test_a_text_job_is_unchanged(tmp_path: Path) -> None:
+def test_a_text_job_has_no_chat_fields(tmp_path: Path) -> None:
     tok = phi3_dir(tmp_path / "tok")
     inp = write_jsonl(tmp_path / "t.jsonl", [{"text": f"plain document {i}"} for i in range(5)])
     out = tmp_path / "out"
@@ -107,7 +107,7 @@ def test_a_text_job_is_unchanged(tmp_path: Path) -> None:
     job = json.loads((out / "job.json").read_text())
     index = json.loads((out / "index.json").read_text())
     (side,) = sidecars(out)
-    assert index["format_version"] == side["format_version"] == 1
+    assert index["format_version"] == side["format_version"] == 3      # a text job: origins, no trained ranges
     assert "chat" not in job["options"]
     assert "trained_tokens" not in index["totals"] and "trained_tokens" not in side
     assert not any(k.startswith("trained") for k in side["chunks"])

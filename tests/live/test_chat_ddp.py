@@ -58,7 +58,7 @@ def conversations_seen(record: Path, world: int) -> list[int]:
 def test_packed_chat_rows_equal_steps_and_resume_from_two_to_three_ranks(chat_output, tmp_path):
     index = orjson.loads((chat_output / "index.json").read_bytes())
     conversations = index["totals"]["documents"]
-    assert index["format_version"] == 2 and 0 < index["totals"]["trained_tokens"] < index["totals"]["tokens"]
+    assert index["format_version"] == 3 and 0 < index["totals"]["trained_tokens"] < index["totals"]["tokens"]
 
     full = torchrun(2, chat_output, tmp_path / "full")
     steps = equal_steps(full)["0"]

@@ -48,7 +48,7 @@ def test_skips_two_ranks_then_three_from_the_plain_and_the_dcp_state(data, tmp_p
     doc = DocRef(0, 1, 4)
     held, gid, units = holding(data, doc)
     assert held
-    (tmp_path / "bad.txt").write_text("# a leaked item\n0 1 4\n")
+    (tmp_path / "bad.yaml").write_text(f"# a leaked item, by its global document id\ndocuments: [{gid}]\n")
     skipped = set()                 # what steps A..B read in the run without skips (in this process)
     for rank in range(2):
         ld = make_dataloader(ShardDataset(data, mode="pack", seq_len=SEQ, seed=SEED, return_doc_info=True),
@@ -58,7 +58,7 @@ def test_skips_two_ranks_then_three_from_the_plain_and_the_dcp_state(data, tmp_p
                 skipped.update(batch["unit_ids"].tolist())
 
     ckpt, dcp_dir = tmp_path / "ckpt.pt", tmp_path / "dcp"
-    first = torchrun(2, data, tmp_path / "first", "--skip-steps", f"{A}:{B}", "--quarantine", str(tmp_path / "bad.txt"),
+    first = torchrun(2, data, tmp_path / "first", "--skip-steps", f"{A}:{B}", "--quarantine", str(tmp_path / "bad.yaml"),
                      "--max-steps", str(K), "--checkpoint", str(ckpt), "--dcp", str(dcp_dir))
     assert first["stopped"] and equal_steps(first) == {"0": K}
     plain = torchrun(3, data, tmp_path / "plain", "--resume", str(ckpt))
