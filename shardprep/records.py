@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import builtins
 import codecs
+import contextlib
 import dataclasses
 import functools
+import gc
 import os
 import types
 import typing
@@ -190,7 +192,25 @@ class Fields:
         return v
 
 
-def all_of(values: list, kind: type) -> bool:
+@contextlib.contextmanager
+def collector_paused() -> typing.Iterator[None]:
+    """Run the block without the cyclic garbage collector (put back as it was after).
+
+    Why: reading a record of a hundred thousand entries (index.json of a large dataset) allocates a few
+    hundred thousand small objects, and the collector runs every 700 allocations over a heap that keeps
+    growing: a third of the read's time.  Parsed JSON and records hold no reference cycles, so pausing it
+    frees nothing late.
+    """
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def all_of(values: typing.Sequence[Any], kind: type) -> bool:
     """Every element of ``values`` is exactly ``kind`` (bool is not int); set() keeps it at C speed."""
     return not values or set(map(type, values)) == {kind}
 

@@ -18,6 +18,7 @@ import numpy as np
 import orjson
 
 from shardprep.errors import IncompleteError, InputDataError
+from shardprep.records import collector_paused
 from shardprep.shard.index import Index, IndexShard, IndexTokenizer, read_index, sidecar_mismatches
 from shardprep.shard.reader import read_chunk
 from shardprep.shard.sidecar import ChunkTable, Sidecar
@@ -100,23 +101,29 @@ def load_index(root: str, *, verify: bool = False, storage: StorageOptions | Non
     0..N-1 its totals add up), its agreement with the plan where job.json is beside it
     (``job.finalize.check_against_plan``: shard count, fingerprints, tokenizer record), and, unless ``files``
     is False, that every listed shard exists with the listed size (one listing, a stat per file: seconds for
-    a hundred thousand shards, which ``trace``, reading only the sidecars a step touches, does without).  With ``verify``: every sidecar (as when a worker opens it)
-    and every shard's sha256.
+    a hundred thousand shards, which ``trace``, reading only the sidecars a step touches, does without).
+    With ``verify``: every sidecar (as when a worker opens it) and every shard's sha256.
     """
-    from shardprep.job.finalize import check_against_plan
-
     root = str(root)
-    rec = read_index(root, storage=storage)
-    check_against_plan(rec, root, lambda where: read_bytes(where, storage=storage))
-    shards = list(rec.shards)
-    fingerprint = _fingerprint([rec.format_version, rec.plan_fingerprint, rec.tokenizer_fingerprint,
-                                [[s.name, s.bytes, s.sha256] for s in shards]])
-    index = DatasetIndex(root, rec.layout, rec.dtype, rec.tokenizer, shards, fingerprint, storage, rec)
+    with collector_paused():        # the entries and the columns built from them (records.collector_paused)
+        index = _read(root, storage)
     if files:
         _check_files(index)
     if verify:
         verify_all(index)
     return index
+
+
+def _read(root: str, storage: StorageOptions | None) -> DatasetIndex:
+    """index.json as a dataset, checked as a record and against the plan beside it."""
+    from shardprep.job.finalize import check_against_plan
+
+    rec = read_index(root, storage=storage)
+    check_against_plan(rec, root, lambda where: read_bytes(where, storage=storage))
+    shards = list(rec.shards)
+    fingerprint = _fingerprint([rec.format_version, rec.plan_fingerprint, rec.tokenizer_fingerprint,
+                                [[s.name, s.bytes, s.sha256] for s in shards]])
+    return DatasetIndex(root, rec.layout, rec.dtype, rec.tokenizer, shards, fingerprint, storage, rec)
 
 
 def _check_files(index: DatasetIndex) -> None:

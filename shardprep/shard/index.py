@@ -7,12 +7,13 @@ its tokenizer block carries the special ids a training script needs.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from operator import attrgetter
+from itertools import starmap
+from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from shardprep.errors import IncompleteError, InputDataError
-from shardprep.records import OMIT_NONE, Fields, Record, all_of, load_json, record
+from shardprep.records import OMIT_NONE, Fields, Record, all_of, collector_paused, load_json, record
 from shardprep.shard.format import (
     DTYPES,
     FORMAT_VERSIONS,
@@ -53,15 +54,19 @@ class IndexShard(ShardTotals):
         """
         raw = f.list(key)
         if raw and set(map(type, raw)) == {dict} and set(map(len, raw)) == {len(_ENTRY_KEYS)}:
-            cols = [[o.get(k) for o in raw] for k in _ENTRY_KEYS]
-            if all(all_of(c, str) for c in cols[4:]) and all(all_of(c, int) and min(c) >= 0 for c in cols[:4]):
-                b, s, d, t, sha, name, side = cols
-                return tuple(map(cls, b, sha, s, d, t, name, side))
+            try:
+                rows = list(map(itemgetter(*_ENTRY_KEYS), raw))     # in the constructor's order
+            except KeyError:
+                rows = []
+            cols = list(zip(*rows))
+            if cols and all(all_of(c, int) and min(c) >= 0 for c in (cols[0], *cols[2:5])) \
+                    and all(all_of(c, str) for c in (cols[1], cols[5], cols[6])):
+                return tuple(starmap(cls, rows))
         return tuple(cls.parse(Fields(o, f.where, f"{f.name(key)}[{i}]")) for i, o in enumerate(raw))
 
 
-# an index entry's keys: the four counts, then the three strings (``parse_all`` checks them in two groups)
-_ENTRY_KEYS = ("bytes", "samples", "documents", "tokens", "sha256", "name", "sidecar")
+# an index entry's keys in ``IndexShard``'s field order: bytes, sha256, samples, documents, tokens, name, sidecar
+_ENTRY_KEYS = ("bytes", "sha256", "samples", "documents", "tokens", "name", "sidecar")
 
 
 @dataclass(frozen=True)
@@ -108,9 +113,10 @@ class Index(Record):
     def parse(cls, data: bytes, where: str | Path, *, check: bool = True) -> "Index":
         """The record in ``data``; with ``check`` (every reader but ``repair``, which rebuilds a broken one)
         also its contract (``contract_problems``): ``IndexContractError`` naming the first problem."""
-        f = load_json(data, str(where), "index")
-        version = f.version("format_version", FORMAT_VERSIONS, hint="use the shardprep release that wrote it")
-        shards = IndexShard.parse_all(f, "shards")
+        with collector_paused():       # a large dataset lists 100,000 shards: see collector_paused
+            f = load_json(data, str(where), "index")
+            version = f.version("format_version", FORMAT_VERSIONS, hint="use the shardprep release that wrote it")
+            shards = IndexShard.parse_all(f, "shards")
         if not shards:
             f.fail("shards", "lists no shards")
         t = f.obj_at("totals")
@@ -156,8 +162,8 @@ class Index(Record):
             return [f"field 'shards': lists {twice[0]} {names.count(twice[0])} times"]
         if len(self.shards) != self.totals.shards:
             return [f"field 'shards': lists {len(self.shards)} shard(s) but 'totals.shards' is {self.totals.shards}"]
-        if names != [shard_name(i) for i in range(len(names))] or \
-                [s.sidecar for s in self.shards] != [sidecar_name(i) for i in range(len(names))]:
+        if names != list(map(shard_name, range(len(names)))) or \
+                [s.sidecar for s in self.shards] != list(map(sidecar_name, range(len(names)))):
             for i, s in enumerate(self.shards):
                 if (s.name, s.sidecar) != (shard_name(i), sidecar_name(i)):
                     return [f"field 'shards[{i}]': is {s.name} ({s.sidecar}), expected {shard_name(i)} "
