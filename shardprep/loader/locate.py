@@ -16,9 +16,16 @@ schedule's draws of the source over the pass, mapped to seqs by the segment), th
 document, each seq back to its draw (``Segment`` inverted), the draw to its global position (the schedule's
 period: ``period * (draw // q) + occurrence[draw % q]``) and that to a position of the pass.
 
-``reading`` is a ``ShardDataset`` (or anything with its attributes: ``sources``, ``mixture``,
-``num_units``, ``layout``, ``_read_opts``, ``_tables``).  Chat data packed into rows of whole
-conversations is not inverted here (one line, ConfigError).
+Chat data in pack mode (rows of whole conversations, ``chatbatch``) has no token stream to cut: its
+stream is shards, then packing windows (``chatrows``), then each window's rows in packing order.  The
+conversation's window is packed for the epoch by the loader's own ``chatbatch.window_rows`` (the same
+conversation lengths in the same seeded order), the row holding the conversation read off the packing
+(none when ``overflow="drop"`` left it out, or it is empty), and the row's stream unit is the window's
+place in the epoch's shard and window permutations plus the row.  The block shuffle and a mixture then go
+on as for any other unit.
+
+``reading`` is a ``ShardDataset`` or a ``Reading`` (anything with their attributes: ``sources``,
+``mixture``, ``num_units``, ``layout``, ``_read_opts``, ``_tables``).
 """
 
 from __future__ import annotations
@@ -30,7 +37,9 @@ import numpy as np
 
 from shardprep.errors import ConfigError
 from shardprep.loader import distribute as D
-from shardprep.loader.order import KIND_CHUNKS, KIND_SHARDS, BlockShuffle, doc_order, permutation
+from shardprep.loader.chatbatch import window_rows
+from shardprep.loader.epoch import EpochReader
+from shardprep.loader.order import KIND_CHUNKS, KIND_SHARDS, BlockShuffle, Layout, doc_order, permutation
 from shardprep.shard.reader import read_doclens
 
 
@@ -102,12 +111,41 @@ def stream_span(reading: Any, doc: DocRef, epoch: int) -> tuple[int, int]:
     return lo, lo + int(lens[local])
 
 
+def _start(layout: Layout, item: int) -> int:
+    """The first unit of ``item`` in a stream layout (its place in the permutation, the sizes before it)."""
+    return int(layout.starts[_slot(layout.order, item)])
+
+
+def chat_row_unit(reading: Any, doc: DocRef, epoch: int, units: int) -> int | None:
+    """The stream unit (packed row) of the source's ``epoch`` that holds conversation ``doc``; None when its
+    window's packing left it out (``overflow="drop"``, or empty).  The window is packed by the loader's own
+    ``window_rows``, so the rows are the ones it reads (module docstring)."""
+    src = doc.source
+    er = EpochReader(reading.sources[src], units, epoch, reading._read_opts[src], reading._tables[src])
+    try:
+        rows = er.rows
+        assert rows is not None, "only chat data in pack mode has packed rows"
+        firsts = np.asarray(er.reader.table(doc.shard).doc_start, dtype=np.int64)
+        chunk = int(np.searchsorted(firsts, doc.doc, side="right") - 1)
+        window = int(np.searchsorted(rows.bounds[doc.shard], chunk, side="right") - 1)
+        wr = window_rows(er, doc.shard, window)
+        j = _slot(er.reader.chunk(doc.shard, chunk).order, doc.doc - int(firsts[chunk]))   # its stream place
+        member = np.flatnonzero((wr.chunk == chunk) & (wr.doc == j))
+        at = np.flatnonzero(wr.packing.members == int(member[0]))
+        if not at.size:
+            return None
+        row = int(np.searchsorted(wr.packing.offsets, int(at[0]), side="right") - 1)
+        return _start(er.stream.shards, doc.shard) + _start(er.stream.chunk_layout(doc.shard), window) + row
+    finally:
+        er.close()
+
+
 def units_of(reading: Any, doc: DocRef, epoch: int, units: int) -> D.Ranges:
     """The stream units of the source's ``epoch`` that hold the document (only units ``< units``)."""
     opts = reading._read_opts[doc.source]
     if opts.rows is not None:
-        raise ConfigError(f"document {doc.to_list()}: chat data packed into rows of whole conversations cannot "
-                          f"be located yet (use mode='pad' or 'doc' to find a conversation's steps)")
+        row = chat_row_unit(reading, doc, epoch, units)
+        return () if row is None or row >= units else ((row, row + 1),)
     lo, hi = stream_span(reading, doc, epoch)
     if opts.packed:
         if hi <= lo:                    # an empty document fills no row
