@@ -89,7 +89,7 @@ def write_dataset(root: Path, shards: list[list[Conversation]], *, chunk_tokens:
                           np.concatenate(ranges) if ranges else np.zeros((0, 2), dtype=np.int64)) if chat else None
         writer.add(np.concatenate([c.ids for c in convs]), lengths, trained)
         result = writer.close()
-        side = Sidecar.holding(result, format_version=format_version(chat), created_by="tests", task=t, shard=name,
+        side = Sidecar.holding(result, format_version=format_version(chat, origins=False), created_by="tests", task=t, shard=name,
                                plan_fingerprint=plan, tokenizer_fingerprint="tok", layout="pack", dtype="uint16",
                                chunks=result.chunks, trained_tokens=writer.trained_tokens if chat else None)
         write_json_atomic(root / name.replace(".tar", ".json"), side.to_dict())
@@ -97,7 +97,7 @@ def write_dataset(root: Path, shards: list[list[Conversation]], *, chunk_tokens:
         totals = [totals[0] + side.samples, totals[1] + side.documents, totals[2] + side.tokens,
                   totals[3] + side.bytes]
         trained_total += writer.trained_tokens
-    index = Index(format_version=format_version(chat), created_by="tests", plan_fingerprint=plan,
+    index = Index(format_version=format_version(chat, origins=False), created_by="tests", plan_fingerprint=plan,
                   tokenizer_fingerprint="tok", tokenizer=_tokenizer(), layout="pack", dtype="uint16",
                   shards=tuple(entries), totals=IndexTotals(len(entries), totals[0], totals[1], totals[2], totals[3],
                                                             {}, trained_total if chat else None))

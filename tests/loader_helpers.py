@@ -33,6 +33,24 @@ def make_dataset(root: Path, tokenizer: Path, docs_per_file: list[int], *, chunk
     return tokenize_directory(corpus, root / "out", tokenizer, workers=1, chunk_tokens=chunk_tokens, layout=layout, one_file_per_task=True)
 
 
+def as_format_1(output: Path, dest: Path) -> Path:
+    """A copy of the finalized ``output`` as a release before format 3 wrote it: sidecars and index.json of
+    format 1, without ``origins`` and without the inputs' plan numbers (the shards' bytes are unchanged)."""
+    import shutil
+
+    shutil.copytree(output, dest)
+    for path in dest.glob("shard-*.json"):
+        side = json.loads(path.read_text())
+        side.pop("origins")
+        side["format_version"] = 1
+        side["inputs"] = [{k: v for k, v in i.items() if k != "input"} for i in side["inputs"]]
+        path.write_text(json.dumps(side, indent=2))
+    index = json.loads((dest / "index.json").read_text())
+    index["format_version"] = 1
+    (dest / "index.json").write_text(json.dumps(index, indent=2))
+    return dest
+
+
 def documents_by_shard(output: Path) -> list[list[list[int]]]:
     """Every document, grouped by shard in index order, each shard's documents in file order."""
     from shardprep.shard.index import read_index

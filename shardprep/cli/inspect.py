@@ -1,7 +1,9 @@
 """``shardprep inspect``: summarise one shard and decode a few documents, at any location.
 
 One path for a local file and a URL: the summary comes from the shard's sidecar, and only the byte ranges
-of the documents decoded are read; a shard without a sidecar (copied on its own) is walked as a tar.
+of the documents decoded are read; a shard without a sidecar (copied on its own) is walked as a tar.  Each
+decoded document names where it came from (its input, byte offset or row, and line) when the sidecar
+records it (format 3, ``job.sources.shard_origin``: the path ``trace`` reads it by too).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import numpy as np
 from shardprep.cli._s3 import add_s3_arguments, storage_from_args
 from shardprep.cli.args import count_arg
 from shardprep.errors import IncompleteError, InputDataError, ShardprepError, TokenizerError
+from shardprep.job.sources import ShardOrigin, shard_origin
 from shardprep.shard.format import TOKENIZER_FILE
 from shardprep.shard.reader import read_chunk, read_trained, split_docs, walk_tar
 from shardprep.shard.sidecar import Sidecar
@@ -59,7 +62,8 @@ def run(args: argparse.Namespace) -> int:
               f"{sidecar.tokens:,} tokens")
         print_sidecar(sidecar, sidecar.bytes, sidecar.tokens)
     if docs:
-        print_documents(docs, decoder, args.max_chars)
+        origins = [shard_origin(sidecar, i) for i in range(len(docs))] if sidecar is not None else None
+        print_documents(docs, decoder, args.max_chars, origins)
     return 0
 
 
@@ -169,6 +173,9 @@ def print_sidecar(sidecar: Sidecar, size: int, n_tokens: int) -> None:
     if sidecar.trained_tokens is not None:
         print(f"  chat: {sidecar.documents:,} conversations, {sidecar.trained_tokens:,} of {n_tokens:,} tokens trained "
               f"({sidecar.trained_tokens / max(1, n_tokens):.1%})")
+    if sidecar.origins_record is None:
+        print(f"  document origins: not recorded (format {sidecar.format_version} shard); the task read: "
+              + ", ".join(i.path for i in sidecar.inputs))
     skipped = {k: v for k, v in sidecar.skipped.items() if v}
     print(f"  skipped: {skipped or 'none'}")
     for ex in sidecar.skipped_examples[:5]:
@@ -178,9 +185,11 @@ def print_sidecar(sidecar: Sidecar, size: int, n_tokens: int) -> None:
 TRAINED_OPEN, TRAINED_CLOSE = "\u00ab", "\u00bb"      # around the trained text of a chat document
 
 
-def print_documents(docs: list[Doc], tok: Any, max_chars: int) -> None:
-    """Each document decoded with ``tok`` (a ``tokenizers.Tokenizer``), cut at ``max_chars`` characters; in a
-    chat document the trained text is between \u00ab and \u00bb, the rest (prompts, role headers) is masked."""
+def print_documents(docs: list[Doc], tok: Any, max_chars: int,
+                    origins: list[ShardOrigin | None] | None = None) -> None:
+    """Each document decoded with ``tok`` (a ``tokenizers.Tokenizer``), cut at ``max_chars`` characters, after
+    its origin where one is given; in a chat document the trained text is between \u00ab and \u00bb, the rest
+    (prompts, role headers) is masked."""
     if any(mask is not None for _, mask in docs):
         print(f"(chat: trained text between {TRAINED_OPEN} and {TRAINED_CLOSE}; the rest has no label)")
     for i, (d, mask) in enumerate(docs):
@@ -188,7 +197,15 @@ def print_documents(docs: list[Doc], tok: Any, max_chars: int) -> None:
         if len(text) > max_chars:
             text = text[:max_chars] + "..."
         trained = "" if mask is None else f", {int(mask.sum())} trained"
-        print(f"--- document {i} ({d.size} tokens{trained})\n{text}")
+        origin = origins[i] if origins else None
+        where = "" if origin is None else f" from {origin_text(origin)}"
+        print(f"--- document {i} ({d.size} tokens{trained}){where}\n{text}")
+
+
+def origin_text(origin: ShardOrigin) -> str:
+    """``PATH byte B line L`` (``row R`` in a parquet or Arrow input; no line where lines are not counted)."""
+    line = "" if origin.line is None else f" line {origin.line}"
+    return f"{origin.location} {origin.kind} {origin.offset}{line}"
 
 
 def _decoded(tok: Any, ids: np.ndarray, mask: np.ndarray | None) -> str:

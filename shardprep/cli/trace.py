@@ -101,48 +101,13 @@ def run(args: argparse.Namespace) -> int:
 
 def _rank(traced: Any, prov: Any, step: int, rank: int, *, text: bool) -> dict:
     epoch, ranges, rows = traced.batch(step, rank)
-    described = [[prov.describe(span) for span in row] for row in rows]
-    if text:
-        texts = _Texts(traced.reading)
-        for row in described:
-            for item in row:
-                texts.add(item)
+    described = []
+    for row in rows:
+        described.append([prov.describe(span) for span in row])
+        if text:        # the documents' text from their inputs, read as their tasks read them
+            for span, item in zip(row, described[-1]):
+                item["text"], item["text_note"] = prov.text(span)
     return {"rank": rank, "epoch": epoch, "positions": [list(r) for r in ranges], "rows": described}
-
-
-class _Texts:
-    """Documents' text from their inputs (``job.sources.document_record``: read as the task read it)."""
-
-    def __init__(self, reading: Any):
-        self.reading = reading
-        self._sources: dict[int, Any] = {}
-
-    def add(self, item: dict) -> None:
-        """``item["text"]`` and ``item["text_note"]``: the whole document's text, or why there is none."""
-        from shardprep.errors import ShardprepError
-
-        if item.get("input") is None:
-            item.update(text=None, text_note="no origin recorded: no text")
-            return
-        source = self.reading.names.index(item["source"]) if item["source"] in self.reading.names else 0
-        try:
-            got = self._document(source, item["input_index"], item["offset"])
-        except ShardprepError as e:
-            item.update(text=None, text_note=f"not readable: {e}")
-            return
-        lo, hi = item["tokens"]
-        whole = "whole document" + ("" if lo == 0 and not item.get("partial") else
-                                    f"; the row holds its tokens [{lo}, {hi})")
-        text = got.text if got.text is not None else got.record
-        item.update(text=text, text_note=whole if got.text is not None else "chat record (the conversation)")
-
-    def _document(self, source: int, number: int, offset: int) -> Any:
-        from shardprep.job.sources import document_record, plan_sources
-
-        plan = self._sources.get(source)
-        if plan is None:
-            plan = self._sources[source] = plan_sources(str(self.reading.sources[source].root))
-        return document_record(plan, number, offset)
 
 
 def _emit(args: argparse.Namespace, out: dict, lines: list[str]) -> int:

@@ -1,10 +1,12 @@
 """Where a traced document came from: its shard, and its input file or URL, byte offset or row, and line.
 
-A shard's sidecar (format 3) records per document its input (a number: the plan's inputs in order,
-``job.sources.plan_inputs``), its record's byte offset in the decompressed input (or its row in a parquet
-or Arrow input) and its line.  The sidecar also lists the task's own inputs by path (and, from format 3,
-by number), so most look-ups need no plan at all.  Shards written before format 3 carry no origins: for
-them the answer says so and names the task's inputs instead (the document is somewhere in those).
+A shard's sidecar (format 3) records per document its input (the plan's input number), its record's byte
+offset in the decompressed input (or its row in a parquet or Arrow input) and its line, and lists the
+task's inputs by number and path: ``job.sources.shard_origin`` reads a document's origin from it (the one
+path, no plan needed: remote outputs and mixtures alike).  Its text comes from the input through
+``job.sources.document_record``, which reads only the record of the shard's task.  Shards written before
+format 3 carry no origins: for them the answer says so and names the task's inputs instead (the document
+is somewhere in those).
 
 ``Provenance`` reads each sidecar once; ``documents_of_input`` walks every sidecar (a quarantine file or
 ``trace --find-input``): the documents whose record starts in a byte (or row) range of one input.
@@ -12,10 +14,10 @@ them the answer says so and names the task's inputs instead (the document is som
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from shardprep.errors import ConfigError
+from shardprep.job.sources import ShardOrigin, shard_origin
 from shardprep.loader.locate import DocRef
 from shardprep.loader.reading import Reading
 from shardprep.loader.rowdocs import DocSpan
@@ -25,24 +27,14 @@ from shardprep.storage.locations import read_bytes
 NOT_RECORDED = "origin not recorded (format {version} shard)"
 
 
-@dataclass(frozen=True)
-class Origin:
-    """One document's input: ``location`` (path or URL), ``kind`` ("byte" or "row"), ``offset`` (byte offset
-    of its record in the decompressed input, or its row), ``line`` (1-based; None where not counted)."""
-
-    input: int
-    location: str
-    kind: str
-    offset: int
-    line: int | None
-
-
 class Provenance:
-    """Documents of ``reading`` -> their shard and origin (sidecars read once each, on first use)."""
+    """Documents of ``reading`` -> their shard and origin (sidecars read once each, on first use), and their
+    text read back from the inputs (each output's plan opened once)."""
 
     def __init__(self, reading: Reading):
         self.reading = reading
         self._sidecars: dict[tuple[int, int], Sidecar | None] = {}
+        self._plans: dict[int, Any] = {}
 
     def sidecar(self, source: int, shard: int) -> Sidecar | None:
         """The shard's sidecar (None for legacy tars, which have none)."""
@@ -57,17 +49,10 @@ class Provenance:
                 self._sidecars[key] = Sidecar.parse(read_bytes(where, storage=index.storage), where)
         return self._sidecars[key]
 
-    def origin(self, source: int, shard: int, doc: int) -> Origin | None:
-        """The document's origin; None where the shard does not record it."""
+    def origin(self, source: int, shard: int, doc: int) -> ShardOrigin | None:
+        """The document's origin (``job.sources.shard_origin``); None where the shard does not record it."""
         side = self.sidecar(source, shard)
-        origins = getattr(side, "origins", None) if side is not None else None
-        if side is None or origins is None:
-            return None
-        got = origins[doc]
-        inp = _input_of(side, got.input)
-        location = inp.path if inp is not None else f"input {got.input} of the plan"
-        kind = "row" if inp is not None and inp.unit == "rows" else "byte"
-        return Origin(int(got.input), location, kind, int(got.offset), None if got.line < 0 else int(got.line))
+        return None if side is None else shard_origin(side, doc)
 
     def describe(self, span: DocSpan) -> dict[str, Any]:
         """Everything ``trace`` prints of one row's document (JSON-ready)."""
@@ -88,13 +73,26 @@ class Provenance:
                                  "first_line": i.first_line} for i in side.inputs])
         return out
 
+    def text(self, span: DocSpan) -> tuple[Any, str]:
+        """``(text, note)``: the whole document as its task tokenized it (a chat job: the record holding the
+        conversation), read back from its input by ``job.sources.document_record``; or None and why not."""
+        from shardprep.errors import ShardprepError
+        from shardprep.job.sources import document_record, plan_sources
 
-def _input_of(side: Sidecar, number: int) -> Any:
-    """The sidecar's record of the task input with plan number ``number`` (None: not listed by number)."""
-    for inp in side.inputs:
-        if getattr(inp, "input", None) == number:
-            return inp
-    return None
+        found = self.origin(span.source, span.shard, span.doc)
+        side = self.sidecar(span.source, span.shard)
+        if found is None or side is None:
+            return None, "no origin recorded: no text"
+        try:
+            plan = self._plans.get(span.source)
+            if plan is None:
+                plan = self._plans[span.source] = plan_sources(str(self.reading.sources[span.source].root))
+            got = document_record(plan, found.input, found.offset, task=side.task)
+        except ShardprepError as e:
+            return None, f"not readable: {e}"
+        if got.text is None:
+            return got.record, "chat record (the conversation)"
+        return got.text, f"whole document; the row holds its tokens [{span.token_lo}, {span.token_hi})"
 
 
 def documents_of_input(reading: Reading, prov: Provenance, location: str, lo: int, hi: int, *, rows: bool,

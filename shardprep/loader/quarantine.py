@@ -124,9 +124,7 @@ def parse_quarantine(obj: Any, origin: str) -> Quarantine:
     """Check the object of a quarantine file (``KEYS``, each a list)."""
     if not isinstance(obj, dict):
         raise ConfigError(f"{origin}: a quarantine file is an object with {', '.join(KEYS)} (got {type(obj).__name__})")
-    unknown = sorted(set(obj) - set(KEYS))
-    if unknown:
-        raise ConfigError(f"{origin}: unknown key {unknown[0]!r} (known: {', '.join(KEYS)})")
+    _known_keys(obj, KEYS, f"{origin}: ")
     for key in KEYS:
         if not isinstance(obj.get(key, []), list):
             raise ConfigError(f"{origin}: {key} must be a list")
@@ -135,6 +133,13 @@ def parse_quarantine(obj: Any, origin: str) -> Quarantine:
     shards = tuple(_text(item, "shards", origin) for item in obj.get("shards", []))
     inputs = tuple(_input(item, origin) for item in obj.get("inputs", []))
     return Quarantine(origin, steps, docs, shards, inputs)
+
+
+def _known_keys(obj: dict, known: tuple[str, ...], where: str) -> None:
+    """A key the format does not know is refused (a typo would otherwise skip nothing, silently)."""
+    unknown = sorted(set(obj) - set(known))
+    if unknown:
+        raise ConfigError(f"{where}unknown key {unknown[0]!r} (known: {', '.join(known)})")
 
 
 def _whole(value: Any) -> bool:
@@ -164,9 +169,7 @@ def _text(item: Any, key: str, origin: str) -> str:
 def _input(item: Any, origin: str) -> InputRange:
     if not isinstance(item, dict):
         raise ConfigError(f"{origin}: inputs: {item!r} is not {{input: PATH_OR_URL, bytes: [lo, hi]}}")
-    unknown = sorted(set(item) - set(INPUT_KEYS))
-    if unknown:
-        raise ConfigError(f"{origin}: inputs: unknown key {unknown[0]!r} (known: {', '.join(INPUT_KEYS)})")
+    _known_keys(item, INPUT_KEYS, f"{origin}: inputs: ")
     location = item.get("input")
     ranges = [k for k in ("bytes", "rows") if k in item]
     if not isinstance(location, str) or not location or len(ranges) != 1:

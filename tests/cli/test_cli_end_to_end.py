@@ -146,6 +146,33 @@ def test_input_glob_and_list_file_and_doc_layout(tmp_path, sample_tokenizer):
     assert "5 documents" in inspect.stdout and docs[0][:20] in inspect.stdout
 
 
+def test_inspect_names_each_documents_origin(tmp_path, sample_tokenizer):
+    """Format 3: each decoded document after its input and byte offset and line (a parquet input: its row);
+    a format 1 shard says it records none and names the inputs its task read."""
+    from loader_helpers import as_format_1
+
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    docs = sample_documents(8, seed=4)
+    (raw / "a.txt").write_text("\n".join(docs[:4]) + "\n", encoding="utf-8")
+    pq.write_table(pa.table({"text": docs[4:]}), raw / "b.parquet")
+    out = tmp_path / "o"
+    run_cli("submit", "--one-file-per-task", "-i", raw, "-o", out, "-t", sample_tokenizer, "--no-progress")
+    data = (raw / "a.txt").read_bytes()
+    starts = [0] + [i + 1 for i, b in enumerate(data) if b == 10][:3]
+    text = run_cli("inspect", out / "shard-00000.tar", "--decode", "3", "--max-chars", "20").stdout.splitlines()
+    heads = [line for line in text if line.startswith("--- document")]
+    sizes = [int(h.split("(")[1].split()[0]) for h in heads]
+    assert len(heads) == 3 and heads == [f"--- document {i} ({n} tokens) from {raw / 'a.txt'} byte {starts[i]} "
+                                         f"line {i + 1}" for i, n in enumerate(sizes)]
+    rows = run_cli("inspect", out / "shard-00001.tar", "--decode", "4").stdout
+    assert [line.rsplit(" from ", 1)[1] for line in rows.splitlines() if line.startswith("--- document")] == \
+        [f"{raw / 'b.parquet'} row {r}" for r in range(4)]
+    old = run_cli("inspect", as_format_1(out, tmp_path / "old") / "shard-00000.tar", "--decode", "1").stdout
+    assert f"  document origins: not recorded (format 1 shard); the task read: {raw / 'a.txt'}" in old
+    assert " from " not in next(line for line in old.splitlines() if line.startswith("--- document"))
+
+
 def test_plan_then_resubmit_is_idempotent_and_deterministic(tmp_path, sample_tokenizer):
     raw = tmp_path / "raw"
     raw.mkdir()

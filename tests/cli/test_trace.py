@@ -1,5 +1,7 @@
-"""``shardprep trace``: a step's documents as the loader reads them, the inverse (--find-doc), a saved state,
-quarantine files applied as the loader applies them, --text, one-line refusals, and no torch imported."""
+"""``shardprep trace``: a step's documents as the loader reads them, with their real origins (format 3) and
+what a format 1 shard cannot tell, the inverse (--find-doc), a saved state, quarantine files applied as the
+loader applies them, --text, one-line refusals, no torch imported, and the acceptance property: the text
+trace points to, re-tokenized as the task tokenized it, is exactly the batch's rows."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from helpers import run_cli
-from loader_helpers import make_dataset
+from loader_helpers import as_format_1, make_dataset
 
 from shardprep.loader.locate import DocRef
 from shardprep.loader.trace import RunOptions, open_run
@@ -20,6 +22,12 @@ from shardprep.loader.trace import RunOptions, open_run
 @pytest.fixture(scope="module")
 def output(tmp_path_factory, sample_tokenizer) -> Path:
     return make_dataset(tmp_path_factory.mktemp("trace"), sample_tokenizer, [30, 12, 25], chunk_tokens=300, seed=9)
+
+
+@pytest.fixture(scope="module")
+def old_output(output, tmp_path_factory) -> Path:
+    """The same data as a release before format 3 wrote it: no origins."""
+    return as_format_1(output, tmp_path_factory.mktemp("trace-old") / "out")
 
 
 def trace_json(*args) -> dict:
@@ -40,7 +48,29 @@ def test_step_rows_are_the_documents_of_the_loaders_batch(output):
                 want = [k for k, _ in __import__("itertools").groupby(doc_ids.tolist())]
                 assert [d["doc_id"] for d in row] == want
                 assert sum(d["tokens"][1] - d["tokens"][0] for d in row) == 16
-                assert all(d["note"] == "origin not recorded (format 1 shard)" and d["task_inputs"] for d in row)
+                assert all(Path(d["input"]).parent.name == "corpus" and d["kind"] == "byte" and d["line"] >= 1
+                           for d in row)
+
+
+def test_format_1_shards_say_what_they_cannot_tell(output, old_output):
+    """Shards written before origins: the loader reads them as before; trace names the task's inputs
+    instead, gives no text, and the inverse still works."""
+    from shardprep.loader import ShardDataset, make_dataloader
+
+    def rows(path):
+        return [b["input_ids"].tolist() for b in make_dataloader(ShardDataset(str(path), mode="pack", seq_len=16),
+                                                                 batch_size=2)]
+    assert rows(old_output) == rows(output)
+    got = trace_json(old_output, "--step", 1, "--world-size", 2, "--batch-size", 2, "--seq-len", 16, "--text")
+    items = [d for r in got["ranks"] for row in r["rows"] for d in row]
+    assert items and all(d["input"] is None and d["note"] == "origin not recorded (format 1 shard)" for d in items)
+    assert all(d["task_inputs"] and d["task_inputs"][0]["path"].endswith(".txt") for d in items)
+    assert all(d["text"] is None and d["text_note"] == "no origin recorded: no text" for d in items)
+    text = run_cli("trace", old_output, "--step", 1, "--rank", 0, "--world-size", 2, "--batch-size", 2,
+                   "--seq-len", 16).stdout
+    assert "origin not recorded (format 1 shard); the task read: /" in text.splitlines()[1]
+    found = trace_json(old_output, "--find-doc", 5, "--world-size", 1, "--batch-size", 1, "--mode", "doc")
+    assert found["document"]["note"].startswith("origin not recorded") and found["reads"][0]["step"] is not None
 
 
 def forward_scan(traced, epochs: int) -> dict[DocRef, set]:
@@ -154,53 +184,78 @@ def test_trace_does_not_import_torch(output):
     assert "shardprep.loader.rowdocs" in imported and not [m for m in imported if m.split(".")[0] == "torch"]
 
 
-def test_text_prints_each_documents_text_from_its_input(output, monkeypatch):
-    """With origins recorded (faked here: this checkout's sidecars may predate them) and the plan's reader."""
-    import shardprep.job.sources as sources
-    from shardprep.inputs.lookup import DocumentSource
-    from shardprep.loader.docorigin import Provenance
-
-    class FakeOrigins:
-        def __getitem__(self, doc):
-            return type("O", (), {"input": 0, "offset": 100 * doc, "line": doc + 1})()
-
-    real = Provenance.sidecar
-
-    def sidecar(self, source, shard):
-        side = real(self, source, shard)
-        return type("S", (), {"origins": FakeOrigins(), "inputs": side.inputs, "format_version": 3})()
-
-    monkeypatch.setattr(Provenance, "sidecar", sidecar)
-    monkeypatch.setattr(sources, "plan_sources", lambda root: "plan")
-    monkeypatch.setattr(sources, "document_record",
-                        lambda plan, i, off: DocumentSource(i, "in.txt", off, "byte", "", f"text at {off}"))
-    got = trace_json(output, "--step", 1, "--rank", 0, "--world-size", 1, "--batch-size", 2, "--mode", "pad",
-                     "--seq-len", 8, "--text")
-    for d in [d for row in got["ranks"][0]["rows"] for d in row]:
-        assert d["text"] == f"text at {100 * d['doc']}" and d["line"] == d["doc"] + 1 and d["kind"] == "byte"
+def test_text_prints_each_documents_text_from_its_input(output):
+    """--text: each document's line of its input, which is where its origin (offset, line) points."""
+    got = trace_json(output, "--step", 1, "--world-size", 2, "--batch-size", 2, "--mode", "pad", "--seq-len", 8,
+                     "--text")
+    items = [d for r in got["ranks"] for row in r["rows"] for d in row]
+    assert items
+    for d in items:
+        raw = Path(d["input"]).read_bytes()
+        assert raw[:d["offset"]].count(b"\n") == d["line"] - 1 and (d["offset"] == 0 or raw[d["offset"] - 1] == 10)
+        assert d["text"] == raw[d["offset"]:].split(b"\n", 1)[0].decode()
+        assert d["text_note"] == f"whole document; the row holds its tokens [{d['tokens'][0]}, {d['tokens'][1]})"
+    text = run_cli("trace", output, "--step", 1, "--rank", 0, "--world-size", 2, "--batch-size", 2, "--mode", "pad",
+                   "--seq-len", 8, "--text").stdout.splitlines()
+    first = items[0]
+    assert text[1].endswith(f": {first['input']} byte {first['offset']} line {first['line']}")
+    assert text[2] == f"    text ({first['text_note']}): {first['text']!r}"
 
 
-def test_retokenized_text_is_the_batch(output):
-    """Acceptance (issue 29): re-tokenizing the text trace points to gives the row's ids exactly; needs shards
-    that record their documents' origins (format 3)."""
-    from tokenizers import Tokenizer
+@pytest.fixture(scope="module")
+def mixture(output, tmp_path_factory, sample_tokenizer) -> tuple[Path, dict[str, Path]]:
+    """A two-source mixture spec over ``output`` and a second dataset."""
+    root = tmp_path_factory.mktemp("trace-mix")
+    sources = {"a": output, "b": make_dataset(root / "b", sample_tokenizer, [14, 20], chunk_tokens=200, seed=4)}
+    spec = root / "mix.json"
+    spec.write_text(json.dumps({"sources": [{"name": n, "path": str(p), "weight": w}
+                                            for (n, p), w in zip(sources.items(), (0.6, 0.4))]}))
+    return spec, sources
+
+
+def loader_rows(batch: dict, mode: str) -> list[list[int]]:
+    """Each row's ids as the training loop got them (padding left out; doc mode: the one item)."""
+    if mode == "doc":
+        return [batch["input_ids"].tolist()]
+    if "attention_mask" in batch:
+        return [row[mask.bool()].tolist() for row, mask in zip(batch["input_ids"], batch["attention_mask"])]
+    return batch["input_ids"].tolist()
+
+
+@pytest.mark.parametrize("case", ["pack", "pad", "doc", "mixture"])
+def test_retokenized_text_is_the_batch(output, mixture, case):
+    """Acceptance (issue 29): for random steps and ranks, the text ``trace --text`` reads back from each row's
+    documents' inputs (``job.sources.document_record``), encoded as the task encoded it (the job's tokenizer
+    and BOS/EOS) and cut to the row's token range, gives exactly the loader's rows of that batch."""
+    sys.path.insert(0, str(Path(__file__).parents[1] / "inputs"))
+    from origin_jobs import text_ids
 
     from shardprep.loader import ShardDataset, make_dataloader
 
-    side = json.loads((output / "shard-00000.json").read_text())
-    if "origins" not in side:
-        pytest.skip("these shards record no origins (format 1): provenance lands with issue 29's sidecar change")
-    index = json.loads((output / "index.json").read_text())
-    tok, info = Tokenizer.from_file(str(output / "tokenizer.json")), index["tokenizer"]
-    ds = ShardDataset(str(output), mode="pack", seq_len=16, seed=8)
-    batches = list(make_dataloader(ds, batch_size=2, rank=0, world_size=1))
-    for step in np.random.default_rng(0).choice(len(batches), 4, replace=False).tolist():
-        got = trace_json(output, "--step", step, "--world-size", 1, "--batch-size", 2, "--seq-len", 16, "--seed", 8,
-                         "--text")
-        for row, want in zip(got["ranks"][0]["rows"], batches[step]["input_ids"].tolist()):
-            ids = []
-            for d in row:
-                doc = ([info["bos_id"]] if info["add_bos"] else []) + tok.encode(d["text"], add_special_tokens=False).ids \
-                    + ([info["eos_id"]] if info["add_eos"] else [])
-                ids += doc[d["tokens"][0]:d["tokens"][1]]
-            assert ids == want
+    mode = "pack" if case == "mixture" else case
+    spec, sources = mixture
+    data, total = (spec, 9_000) if case == "mixture" else (output, None)
+    encode = {name: text_ids(path) for name, path in sources.items()}
+    kw = {} if mode == "doc" else {"seq_len": 16}
+    ds = ShardDataset(str(data), mode=mode, seed=8, total_tokens=total, **kw)
+    batch = None if mode == "doc" else 2
+    rng = np.random.default_rng(len(case))
+    args = ["--world-size", 2, "--mode", mode, "--seed", 8, "--text"] + (["--seq-len", 16] if kw else []) \
+        + (["--batch-size", batch] if batch else []) + (["--total-tokens", total] if total else [])
+    checked, seen = 0, set()
+    for rank in (0, 1):
+        batches = list(make_dataloader(ds, batch_size=batch, rank=rank, world_size=2))
+        for step in rng.choice(len(batches), min(4, len(batches)), replace=False).tolist():
+            got = trace_json(data, "--step", step, "--rank", rank, *args)
+            rows = got["ranks"][0]["rows"]
+            assert len(rows) == len(loader_rows(batches[step], mode))
+            for row, want in zip(rows, loader_rows(batches[step], mode)):
+                ids = []
+                for d in row:
+                    assert d["text"] is not None, d
+                    name = d["source"] if case == "mixture" else "a"
+                    seen.add(name)
+                    ids += encode[name](d["text"])[d["tokens"][0]:d["tokens"][1]]
+                assert ids == want, (case, rank, step)
+                checked += 1
+    assert checked >= 8 and seen == ({"a", "b"} if case == "mixture" else {"a"})

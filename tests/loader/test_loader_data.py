@@ -244,8 +244,8 @@ def test_refuses_shard_from_other_tokenizer_or_format(copy_of):
         drain(copy_of)
     with pytest.raises(InputDataError, match="shard-00003"):
         ShardDataset(copy_of, mode="doc", verify=True)
-    edit_json(copy_of / "index.json", format_version=3)          # a later release's format
-    with pytest.raises(InputDataError, match="format_version 3 is not supported"):
+    edit_json(copy_of / "index.json", format_version=4)          # a later release's format
+    with pytest.raises(InputDataError, match="format_version 4 is not supported"):
         ShardDataset(copy_of, mode="doc")
     edit_json(copy_of / "index.json", format_version=2)          # chat data's format, but no trained tokens
     with pytest.raises(IndexContractError, match="totals.trained_tokens"):

@@ -4,7 +4,7 @@ loader's ``Skips``, and anything naming data that does not exist refused in one 
 from __future__ import annotations
 
 import pytest
-from loader_helpers import make_dataset
+from loader_helpers import as_format_1, make_dataset
 
 from shardprep.errors import ConfigError
 from shardprep.loader.config import LoaderConfig, source_from
@@ -81,31 +81,22 @@ def test_data_that_does_not_exist_is_refused(outputs, obj, says):
     assert str(e.value).startswith("q.json: ") and says in str(e.value), str(e.value)
 
 
-def test_input_ranges_need_origins_and_hold_documents(outputs, monkeypatch):
+def test_input_ranges_hold_the_documents_whose_record_starts_there(outputs):
     r = reading(str(outputs["a"]))
-    prov = Provenance(r)
-    path = prov.sidecar(0, 0).inputs[0].path
-    with pytest.raises(ConfigError, match="record no document origins"):
-        parse_quarantine({"inputs": [{"input": path, "bytes": [0, 5]}]}, "q.json").resolve(r)
-
-    import numpy as np
-
-    class Origins:                        # faked: these shards predate origins; doc d starts at byte 100 * d
-        input = np.zeros(20, dtype=np.int64)
-        offset = np.arange(20, dtype=np.int64) * 100
-
-    real = Provenance.sidecar
-
-    def sidecar(self, source, shard):
-        side = real(self, source, shard)
-        inputs = [type("I", (), {"path": i.path, "unit": i.unit, "input": 0 if shard == 0 else 1})()
-                  for i in side.inputs]
-        return type("S", (), {"origins": Origins() if shard == 0 else None, "inputs": inputs})()
-
-    monkeypatch.setattr(Provenance, "sidecar", sidecar)
-    skips = parse_quarantine({"inputs": [{"input": path, "bytes": [250, 520]}]}, "q.json").resolve(r)
-    assert skips.documents == {DocRef(0, 0, 3), DocRef(0, 0, 4), DocRef(0, 0, 5)}
+    path = Provenance(r).sidecar(0, 0).inputs[0].path
+    raw = open(path, "rb").read()
+    starts = [0] + [i + 1 for i, b in enumerate(raw) if b == 10][:-1]       # one document a line
+    skips = parse_quarantine({"inputs": [{"input": path, "bytes": [starts[3] - 1, starts[5] + 1]}]},
+                             "q.json").resolve(r)
+    assert skips.documents == {DocRef(0, 0, 3), DocRef(0, 0, 4), DocRef(0, 0, 5)}     # doc 2 starts before
     with pytest.raises(ConfigError, match="no document of the data starts in that range"):
-        parse_quarantine({"inputs": [{"input": path, "bytes": [5000, 6000]}]}, "q.json").resolve(r)
+        parse_quarantine({"inputs": [{"input": path, "bytes": [starts[3] + 1, starts[4]]}]}, "q.json").resolve(r)
     with pytest.raises(ConfigError, match="is read by bytes"):
         parse_quarantine({"inputs": [{"input": path, "rows": [0, 1]}]}, "q.json").resolve(r)
+
+
+def test_input_ranges_need_shards_that_record_origins(outputs, tmp_path):
+    old = reading(str(as_format_1(outputs["a"], tmp_path / "old")))
+    path = Provenance(old).sidecar(0, 0).inputs[0].path
+    with pytest.raises(ConfigError, match="q.json: .*record no document origins .format 1/2 shards."):
+        parse_quarantine({"inputs": [{"input": path, "bytes": [0, 5]}]}, "q.json").resolve(old)
