@@ -40,9 +40,10 @@ TARGET_S = 1.0
 
 def write_source(root: Path, name: str, shards: int, seed: int) -> Path:
     """One source: a real shard and sidecar, and ``shards`` index entries linking to them."""
-    from shardprep.shard.format import shard_name
+    from shardprep.shard.format import ORIGINS_FORMAT_VERSION, shard_name
     from shardprep.shard.index import Index, IndexShard, IndexTokenizer, IndexTotals
-    from shardprep.shard.sidecar import Sidecar
+    from shardprep.shard.origins import DocOrigins, encode_origins
+    from shardprep.shard.sidecar import Sidecar, SidecarInput
     from shardprep.shard.writer import ShardWriter
     from shardprep.storage.atomic import write_json_atomic
 
@@ -55,9 +56,13 @@ def write_source(root: Path, name: str, shards: int, seed: int) -> Path:
     writer = ShardWriter(out / "real.tar", task=0, layout="pack", dtype="uint16", chunk_tokens=1 << 16)
     writer.add(rng.integers(1, 50_000, int(lengths.sum())).astype(np.uint16), lengths)
     result = writer.close()
-    side = Sidecar.holding(result, format_version=1, created_by="bench", task=0, shard="real.tar",
-                           plan_fingerprint=f"bench-{name}", tokenizer_fingerprint="tok", layout="pack",
-                           dtype="uint16", chunks=result.chunks)
+    docs = len(lengths)           # format 3: every document's origin, as a real task writes it (one input)
+    origins = encode_origins(DocOrigins.of(np.zeros(docs), np.cumsum(lengths * 4) - lengths * 4, np.arange(1, docs + 1)))
+    side = Sidecar.holding(result, format_version=ORIGINS_FORMAT_VERSION, created_by="bench", task=0,
+                           shard="real.tar", plan_fingerprint=f"bench-{name}", tokenizer_fingerprint="tok",
+                           layout="pack", dtype="uint16", chunks=result.chunks,
+                           inputs=(SidecarInput(f"/data/{name}/part-0.jsonl", 0, None, "byte", 1, input=0),),
+                           origins_record=origins)
     write_json_atomic(out / "real.json", side.to_dict())
     entries = []
     for i in range(shards):
@@ -68,7 +73,7 @@ def write_source(root: Path, name: str, shards: int, seed: int) -> Path:
         entries.append(IndexShard.holding(side, name=shard_name(i), sidecar=shard_name(i).replace(".tar", ".json")))
     tok = IndexTokenizer("bench", 50_257, "uint16", 0, None, None, "<eos>", None, None, True, False)
     n = shards
-    index = Index(format_version=1, created_by="bench", plan_fingerprint=f"bench-{name}", tokenizer_fingerprint="tok",
+    index = Index(format_version=ORIGINS_FORMAT_VERSION, created_by="bench", plan_fingerprint=f"bench-{name}", tokenizer_fingerprint="tok",
                   tokenizer=tok, layout="pack", dtype="uint16", shards=tuple(entries),
                   totals=IndexTotals(n, n * side.samples, n * side.documents, n * side.tokens, n * side.bytes, {}))
     write_json_atomic(out / "index.json", index.to_dict())

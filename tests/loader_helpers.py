@@ -8,9 +8,15 @@ import subprocess
 import sys
 import tarfile
 from pathlib import Path
+from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 import orjson
+
+from shardprep.loader.locate import DocRef
+
+if TYPE_CHECKING:
+    from shardprep.loader import ShardDataset
 
 
 def write_uneven_corpus(directory: Path, docs_per_file: list[int], *, seed: int = 0) -> Path:
@@ -166,3 +172,39 @@ def equal_steps(summary: dict) -> dict:
     per_rank = [r["steps"] for r in summary["ranks"]]
     assert all(s == per_rank[0] for s in per_rank), per_rank
     return per_rank[0]
+
+
+# -- the inverse locate's ground truth (tests/loader/test_locate_*.py) ------------------------------------
+def doc_refs(index, source: int, gids) -> set[DocRef]:
+    """Global document numbers of one source (padding's -1 left out) -> DocRefs."""
+    starts = np.asarray(index.shard_doc_start)
+    out = set()
+    for g in np.unique(np.asarray(gids)).tolist():
+        if g >= 0:
+            shard = int(np.searchsorted(starts, g, side="right") - 1)
+            out.add(DocRef(source, shard, g - int(starts[shard])))
+    return out
+
+
+def forward(ds: ShardDataset, epoch: int) -> dict[DocRef, set[int]]:
+    """Document -> the positions of ``epoch`` whose unit holds it, as the loader reads them."""
+    rows = ds.open_pass(epoch)
+    where: dict[DocRef, set[int]] = {}
+    try:
+        for p in range(ds.num_units):
+            item = rows.batch(np.array([p], dtype=np.int64))
+            source = int(item["source_ids"][0]) if "source_ids" in item else 0
+            gids = [item["doc_id"]] if "doc_id" in item else item["doc_ids"]
+            for ref in doc_refs(ds.sources[source], source, gids):
+                where.setdefault(ref, set()).add(p)
+    finally:
+        rows.close()
+    return where
+
+
+def every_doc(ds: ShardDataset) -> Iterator[DocRef]:
+    """Every document of every source, in index order."""
+    for source, index in enumerate(ds.sources):
+        for shard, n in enumerate(index.shard_docs.tolist()):
+            for doc in range(n):
+                yield DocRef(source, shard, doc)

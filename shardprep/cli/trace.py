@@ -90,13 +90,16 @@ def run(args: argparse.Namespace) -> int:
     spec: object = args.spec[0] if len(args.spec) == 1 else list(args.spec)
     traced = open_run(spec, _options(args), state=state, quarantine=quarantine)
     prov = Provenance(traced.reading)
-    if args.step is None:
-        out = _find(args, traced, prov)
-        return _emit(args, out, _find_lines(out))
-    ranks = [args.rank] if args.rank is not None else list(range(traced.world))
-    out = {"step": args.step, "world": traced.world, "mode": traced.reading.layout.name,
-           "ranks": [_rank(traced, prov, args.step, r, text=args.text) for r in ranks]}
-    return _emit(args, out, _step_lines(out))
+    try:
+        if args.step is None:
+            out = _find(args, traced, prov)
+            return _emit(args, out, _find_lines(out))
+        ranks = [args.rank] if args.rank is not None else list(range(traced.world))
+        out = {"step": args.step, "world": traced.world, "mode": traced.reading.layout.name,
+               "ranks": [_rank(traced, prov, args.step, r, text=args.text) for r in ranks]}
+        return _emit(args, out, _step_lines(out))
+    finally:
+        traced.close()
 
 
 def _rank(traced: Any, prov: Any, step: int, rank: int, *, text: bool) -> dict:

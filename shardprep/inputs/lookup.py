@@ -12,16 +12,14 @@ reads the row's record batch only.  Which inputs a plan has, and how its tasks r
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any, Protocol, Sequence
 
 from shardprep.errors import InputDataError
 from shardprep.inputs.blocks import UTF8_BOM, open_binary
 from shardprep.inputs.discover import InputFile
-from shardprep.inputs.planned import changed_since_planned
+from shardprep.inputs.planned import stat_change
 from shardprep.inputs.readers import ReadOptions, SkipLog, WorkItem
-from shardprep.storage.locations import is_url
 
 BEFORE = 1 << 16      # bytes read before a paragraph's offset to check that a blank line precedes it
 
@@ -91,13 +89,7 @@ def _paragraphs(inp: InputFile, read: ReadOptions) -> bool:
 
 def _check_unchanged(inp: InputFile) -> None:
     """A file as planned (size, mtime); a remote object is held to its identity by every read."""
-    if is_url(inp.path):
-        return
-    try:
-        st = os.stat(inp.path)
-    except OSError as e:
-        raise InputDataError(f"input {inp.path} is not readable: {e.strerror}") from None
-    change = changed_since_planned(inp, st)
+    change = stat_change(inp)
     if change:
         raise InputDataError(f"input {inp.path} changed since it was planned ({change}): its documents' "
                              f"offsets no longer point into what was tokenized")

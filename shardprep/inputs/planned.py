@@ -45,9 +45,24 @@ def changed_since_planned(inp: InputFile, st: os.stat_result) -> str | None:
     return None
 
 
+def stat_change(inp: InputFile) -> str | None:
+    """How a local input differs from its plan now (:func:`changed_since_planned`); None too for a remote
+    object, which every read holds to its planned identity.  InputDataError when it cannot be read."""
+    if is_url(inp.path):
+        return None
+    try:
+        st = os.stat(inp.path)
+    except OSError as e:
+        raise InputDataError(f"input {inp.path} is not readable: {e.strerror}") from None
+    return changed_since_planned(inp, st)
+
+
 def check_unchanged(inp: InputFile, st: os.stat_result) -> None:
     """After reading: the bytes read are the planned ones only if the file did not change meanwhile."""
-    change = changed_since_planned(inp, st)
+    _changed_while_read(inp, changed_since_planned(inp, st))
+
+
+def _changed_while_read(inp: InputFile, change: str | None) -> None:
     if change:
         raise InputDataError(f"input {inp.path} changed while its task was reading it ({change}); "
                              f"the shard was not written", hint="re-plan into a new output directory "
@@ -82,13 +97,7 @@ def rows_then_check(inp: InputFile, docs: Iterator[T]) -> Iterator[T]:
     """A tabular reader's batches, then the check that the file did not change while they were read (a
     remote input's reader checks its object itself: ``tabular.parquet_batches``)."""
     yield from docs
-    if is_url(inp.path):
-        return
-    try:
-        st = os.stat(inp.path)
-    except OSError as e:
-        raise InputDataError(f"input {inp.path} is not readable: {e.strerror}") from None
-    check_unchanged(inp, st)
+    _changed_while_read(inp, stat_change(inp))
 
 
 PROBE_BYTES = 64 << 10      # a remote input's small reads (line boundaries, heads, a parquet footer) per request

@@ -24,7 +24,7 @@ from shardprep.loader.config import LoaderConfig, source_from
 from shardprep.loader.layout import Doc, layout_of
 from shardprep.loader.locate import DocRef, check_ref, positions_of
 from shardprep.loader.reading import Reading
-from shardprep.loader.rowdocs import DocSpan, row_documents
+from shardprep.loader.rowdocs import DocSpan, RowDocs
 from shardprep.loader.skips import RunSkips, Skips
 from shardprep.loader.timeline import Timeline
 from shardprep.storage.locations import read_bytes
@@ -100,6 +100,7 @@ class TraceRun:
     def __init__(self, reading: Reading, opts: RunOptions, run: RunSkips, *, start: int = 0):
         self.reading, self.opts, self.run, self.start = reading, opts, run, start
         self.timeline: Timeline = run.timeline()
+        self._rows: dict[int, RowDocs] = {}     # per loader epoch: ranks of one step share shards and orders
 
     @property
     def world(self) -> int:
@@ -112,7 +113,16 @@ class TraceRun:
         if step < 0:
             raise ConfigError(f"--step={step} is invalid: steps count from 0")
         epoch, ranges = self.timeline.batch(step, rank)
-        return epoch, ranges, row_documents(self.reading, epoch, D.positions(ranges))
+        rows = self._rows.get(epoch)
+        if rows is None:
+            rows = self._rows[epoch] = RowDocs(self.reading, epoch)
+        return epoch, ranges, [rows.spans(p) for p in D.positions(ranges).tolist()]
+
+    def close(self) -> None:
+        """Close the shards the traced rows opened."""
+        for rows in self._rows.values():
+            rows.close()
+        self._rows.clear()
 
     def find(self, doc: DocRef, *, epochs: int = 1, last_step: int | None = None) -> list[dict]:
         """Every read of ``doc``: per loader epoch ``0..epochs-1`` (with ``last_step``: every epoch up to the

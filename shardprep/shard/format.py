@@ -59,6 +59,17 @@ def sidecar_name(task: int) -> str:
     return f"shard-{task:05d}.json"
 
 
+def shard_names(n: int) -> list[str]:
+    """:func:`shard_name` of tasks ``0..n-1`` (index.json's entries are exactly these: a hundred thousand
+    are checked on every read, so without a call per name)."""
+    return [f"shard-{task:05d}.tar" for task in range(n)]
+
+
+def sidecar_names(n: int) -> list[str]:
+    """:func:`sidecar_name` of tasks ``0..n-1``."""
+    return [f"shard-{task:05d}.json" for task in range(n)]
+
+
 def sample_key(task: int, sample: int) -> str:
     """Sample keys are unique across a dataset and contain no dot (webdataset splits keys at the first dot)."""
     return f"{task:05d}_{sample:09d}"

@@ -21,7 +21,9 @@ from shardprep.shard.format import (
     LAYOUTS,
     chat_in_version,
     shard_name,
+    shard_names,
     sidecar_name,
+    sidecar_names,
 )
 from shardprep.shard.sidecar import TOTALS, ShardTotals
 
@@ -162,8 +164,7 @@ class Index(Record):
             return [f"field 'shards': lists {twice[0]} {names.count(twice[0])} times"]
         if len(self.shards) != self.totals.shards:
             return [f"field 'shards': lists {len(self.shards)} shard(s) but 'totals.shards' is {self.totals.shards}"]
-        if names != list(map(shard_name, range(len(names)))) or \
-                [s.sidecar for s in self.shards] != list(map(sidecar_name, range(len(names)))):
+        if names != shard_names(len(names)) or [s.sidecar for s in self.shards] != sidecar_names(len(names)):
             for i, s in enumerate(self.shards):
                 if (s.name, s.sidecar) != (shard_name(i), sidecar_name(i)):
                     return [f"field 'shards[{i}]': is {s.name} ({s.sidecar}), expected {shard_name(i)} "

@@ -10,27 +10,18 @@ a conversation through ``ShardLoader.skip`` then never yields it while every ran
 
 from __future__ import annotations
 
-import chat_data
 import numpy as np
 import pytest
-from chat_data import ChatCorpus
+from chat_data import ChatCorpus, chat_corpus
+from loader_helpers import every_doc, forward
 
 from shardprep.loader import ShardDataset, make_dataloader
 from shardprep.loader import distribute as D
 from shardprep.loader.locate import DocRef, positions_of
 from shardprep.loader.skips import Skips
-from shardprep.shard.format import format_version
 
 SEQ, BATCH = 200, 2
 LENGTHS = [[30, 80, 150, 20, 60, 260, 45] * 4, [100, 45, 12, 230, 7] * 5, [90, 10, 180]]
-
-
-def chat_corpus(root, lengths, **kw) -> ChatCorpus:
-    """``chat_data.chat_corpus``, its sidecars stamped with the format of shards written without origins
-    (``format_version(chat)`` now says 3, which requires origins these synthesized shards do not have)."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(chat_data, "format_version", lambda chat: format_version(chat, origins=False))
-        return chat_data.chat_corpus(root, lengths, **kw)
 
 
 @pytest.fixture(scope="module")
@@ -43,39 +34,6 @@ def chat(tmp_path_factory) -> ChatCorpus:
 def text(tmp_path_factory) -> ChatCorpus:
     return chat_corpus(tmp_path_factory.mktemp("locate-text"), [[200, 300, 90] * 12, [150, 40] * 10], seed=8,
                        chunk_tokens=500, chat=False, plan="text-plan")
-
-
-def doc_refs(index, source: int, gids) -> set[DocRef]:
-    """Global document numbers of one source (padding's -1 left out) -> DocRefs."""
-    starts = np.asarray(index.shard_doc_start)
-    out = set()
-    for g in np.unique(np.asarray(gids)).tolist():
-        if g >= 0:
-            shard = int(np.searchsorted(starts, g, side="right") - 1)
-            out.add(DocRef(source, shard, g - int(starts[shard])))
-    return out
-
-
-def forward(ds: ShardDataset, epoch: int) -> dict[DocRef, set[int]]:
-    """Conversation (or document) -> the positions of ``epoch`` whose batch holds it, as the loader reads them."""
-    rows = ds.open_pass(epoch)
-    where: dict[DocRef, set[int]] = {}
-    try:
-        for p in range(ds.num_units):
-            item = rows.batch(np.array([p], dtype=np.int64))
-            source = int(item["source_ids"][0]) if "source_ids" in item else 0
-            for ref in doc_refs(ds.sources[source], source, item["doc_ids"]):
-                where.setdefault(ref, set()).add(p)
-    finally:
-        rows.close()
-    return where
-
-
-def every_doc(ds: ShardDataset):
-    for source, index in enumerate(ds.sources):
-        for shard, n in enumerate(index.shard_docs.tolist()):
-            for doc in range(n):
-                yield DocRef(source, shard, doc)
 
 
 def check(ds: ShardDataset, epochs) -> dict[DocRef, set[int]]:

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
-from loader_helpers import make_dataset
+from loader_helpers import every_doc, forward, make_dataset
 
 from shardprep.errors import ConfigError
 from shardprep.loader import ShardDataset
@@ -27,39 +26,6 @@ def data(tmp_path_factory, sample_tokenizer) -> Path:
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory, sample_tokenizer) -> Path:
     return make_dataset(tmp_path_factory.mktemp("locate-tiny"), sample_tokenizer, [5], chunk_tokens=200, seed=5)
-
-
-def doc_refs(index, source: int, gids) -> set[DocRef]:
-    """Global document numbers of one source -> DocRefs."""
-    starts = np.asarray(index.shard_doc_start)
-    out = set()
-    for g in np.unique(np.asarray(gids)).tolist():
-        shard = int(np.searchsorted(starts, g, side="right") - 1)
-        out.add(DocRef(source, shard, g - int(starts[shard])))
-    return out
-
-
-def forward(ds: ShardDataset, epoch: int) -> dict[DocRef, set[int]]:
-    """Document -> the positions of ``epoch`` whose unit holds it, as the loader reads them."""
-    rows = ds.open_pass(epoch)
-    where: dict[DocRef, set[int]] = {}
-    try:
-        for p in range(ds.num_units):
-            item = rows.batch(np.array([p], dtype=np.int64))
-            source = int(item["source_ids"][0]) if "source_ids" in item else 0
-            gids = [item["doc_id"]] if "doc_id" in item else item["doc_ids"]
-            for ref in doc_refs(ds.sources[source], source, gids):
-                where.setdefault(ref, set()).add(p)
-    finally:
-        rows.close()
-    return where
-
-
-def every_doc(ds: ShardDataset):
-    for source, index in enumerate(ds.sources):
-        for shard, n in enumerate(index.shard_docs.tolist()):
-            for doc in range(n):
-                yield DocRef(source, shard, doc)
 
 
 def check(ds: ShardDataset, epochs=(0, 1)) -> None:
