@@ -21,14 +21,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, overload
 
 from shardprep.errors import RecordError
-from shardprep.inputs.discover import InputFile
-from shardprep.inputs.lookup import DocumentSource
-from shardprep.inputs.lookup import document_record as read_document
-from shardprep.job.options import TokenizeOptions
-from shardprep.job.plan_files import TaskTable
-from shardprep.job.state import load_job
 
+# The where half runs on every traced row; the what half (reading inputs back through the plan) loads the
+# input readers and the plan files only when a text is asked for (``trace --text``): a login-node trace
+# of a step stays a fraction of a second.
 if TYPE_CHECKING:  # pragma: no cover
+    from shardprep.inputs.discover import InputFile
+    from shardprep.inputs.lookup import DocumentSource
+    from shardprep.job.options import TokenizeOptions
     from shardprep.job.schema import Job, Task
     from shardprep.shard.sidecar import Sidecar
 
@@ -108,6 +108,8 @@ class PlanSources:
         """Resolve the inputs task ``task`` reads (its record only): what a shard's sidecar names."""
         if task in self._tasks or self._every:
             return
+        from shardprep.job.plan_files import TaskTable
+
         with TaskTable(self.output, self.job) as table:
             if not 0 <= task < table.n_tasks:
                 raise RecordError(f"{self.output / 'plan'}: no task {task} (the plan has {table.n_tasks})")
@@ -117,6 +119,8 @@ class PlanSources:
     def input(self, number: int) -> InputFile:
         """Input ``number`` as planned (every task record read once if no task named it yet)."""
         if number not in self._found and not self._every:
+            from shardprep.job.plan_files import TaskTable
+
             with TaskTable(self.output, self.job) as table:
                 for task in table:
                     self._add(task)
@@ -134,7 +138,7 @@ class PlanSources:
             self._found.setdefault(item.work.input, item.input.reached_with(self.job.storage))
 
 
-class _Inputs(Sequence[InputFile]):
+class _Inputs(Sequence["InputFile"]):
     """The plan's inputs by number, each resolved when asked for."""
 
     def __init__(self, sources: PlanSources):
@@ -159,6 +163,8 @@ class _Inputs(Sequence[InputFile]):
 
 def plan_sources(output: str | Path) -> PlanSources:
     """The sources of the plan in ``output`` (job.json read now, task records when needed)."""
+    from shardprep.job.state import load_job
+
     output = Path(output)
     return PlanSources(output, load_job(output))
 
@@ -175,6 +181,8 @@ def document_record(output: str | Path | PlanSources, input_index: int, offset_o
     """The document at ``offset_or_row`` of the plan's input ``input_index``, exactly as its task read it
     (``inputs.lookup.document_record``); ``output`` an output directory or its :func:`plan_sources`.
     ``task``: the task that read it (the shard's sidecar says which): only its record is read."""
+    from shardprep.inputs.lookup import document_record as read_document
+
     sources = output if isinstance(output, PlanSources) else plan_sources(output)
     if task is not None:
         sources.note_task(task)
