@@ -39,6 +39,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-shuffle", dest="shuffle", action="store_false", default=None, help="the run did not shuffle")
     p.add_argument("--shuffle-block", type=count_arg(1), default=None, help="the run's shuffle_block (units)")
     p.add_argument("--total-tokens", type=token_count, default=None, help="the run's total_tokens (a budget)")
+    p.add_argument("--pack-window", type=count_arg(1), default=None,
+                   help="chat data in pack mode: the run's pack_window (default 1024)")
+    p.add_argument("--overflow", choices=("truncate", "drop"), default=None,
+                   help="chat data in pack mode: the run's overflow (default truncate)")
     p.add_argument("--state", default=None, metavar="STATE.json",
                    help="a saved loader state: options, resumes and skips from it (given options must agree)")
     p.add_argument("--quarantine", default=None, metavar="FILE", help="apply a quarantine file as the loader does")
@@ -58,11 +62,12 @@ def _options(args: argparse.Namespace) -> Any:
 
     typed = getattr(args, "typed_argv", None) or []
     flags = {"mode": "--mode", "seq_len": "--seq-len", "seed": "--seed", "shuffle": "--no-shuffle",
-             "shuffle_block": "--shuffle-block", "batch": "--batch-size"}
+             "shuffle_block": "--shuffle-block", "batch": "--batch-size", "pack_window": "--pack-window",
+             "overflow": "--overflow"}
     given = {k for k, flag in flags.items() if any(a == flag or a.startswith(flag + "=") for a in typed)}
     return RunOptions(mode=args.mode, seq_len=args.seq_len, seed=args.seed, shuffle=args.shuffle,
                       shuffle_block=args.shuffle_block, total_tokens=args.total_tokens, world=args.world,
-                      batch=args.batch_size, given=given)
+                      batch=args.batch_size, pack_window=args.pack_window, overflow=args.overflow, given=given)
 
 
 def _check(args: argparse.Namespace) -> None:
@@ -184,8 +189,8 @@ def _find_lines(out: dict) -> list[str]:
         if r["step"] is not None:
             lines.append(f"  epoch {r['epoch']}: step {r['step']} rank {r['rank']} row {r['row']} "
                          f"(position {r['position']})")
+        elif r["position"] is None:
+            lines.append(f"  epoch {r['epoch']}: not read: {r['why']}")
         else:
             lines.append(f"  epoch {r['epoch']}: not read: {r['why']} in epoch {r['epoch']} (position {r['position']})")
-    if not out["reads"]:
-        lines.append("  no position holds it (pack: the dataset's tail, or an empty document)")
     return lines

@@ -21,7 +21,7 @@ from typing import Any
 from shardprep.errors import ConfigError
 from shardprep.loader import distribute as D
 from shardprep.loader.config import LoaderConfig, source_from
-from shardprep.loader.layout import Doc, layout_of
+from shardprep.loader.layout import ConversationPacking, Doc, Pack, layout_of
 from shardprep.loader.locate import DocRef, check_ref, positions_of
 from shardprep.loader.reading import Reading
 from shardprep.loader.rowdocs import DocSpan, RowDocs
@@ -47,6 +47,8 @@ class RunOptions:
     total_tokens: int | None = None
     world: int | None = None
     batch: int | None = None
+    pack_window: int | None = None      # chat data in pack mode (the state's ``packing``)
+    overflow: str | None = None
     given: set[str] = field(default_factory=set)       # which ones the caller set (vs defaults)
 
 
@@ -57,6 +59,15 @@ def _with_state(opts: RunOptions, state: dict) -> RunOptions:
         if key in opts.given and getattr(opts, key) != saved and not (key == "shuffle_block" and saved is None):
             raise ConfigError(f"--{key.replace('_', '-')}={getattr(opts, key)!r} but the loader state says "
                               f"{skey}={saved!r}: trace the run with the options it used (or leave it out)")
+        if key not in opts.given and saved is not None:
+            setattr(opts, key, saved)
+    saved_packing = state.get("packing")
+    packing: dict = saved_packing if isinstance(saved_packing, dict) else {}
+    for key, skey in (("pack_window", "window"), ("overflow", "overflow")):
+        saved = packing.get(skey)
+        if key in opts.given and saved is not None and getattr(opts, key) != saved:
+            raise ConfigError(f"--{key.replace('_', '-')}={getattr(opts, key)!r} but the loader state says "
+                              f"packing.{skey}={saved!r}: trace the run with the options it used (or leave it out)")
         if key not in opts.given and saved is not None:
             setattr(opts, key, saved)
     legs = state.get("legs") or []
@@ -86,7 +97,8 @@ def open_reading(spec: object, opts: RunOptions) -> Reading:
     mode = opts.mode or "pack"
     layout = layout_of(mode, opts.seq_len)
     config = LoaderConfig(layout=layout, seed=opts.seed or 0, shuffle=True if opts.shuffle is None else opts.shuffle,
-                          shuffle_block=opts.shuffle_block)
+                          shuffle_block=opts.shuffle_block,
+                          conversations=ConversationPacking(opts.pack_window or 1024, opts.overflow or "truncate"))
     return Reading(source_from(spec, total_tokens=opts.total_tokens), config, files=False)
 
 
@@ -134,9 +146,21 @@ class TraceRun:
         out = []
         for epoch in range(epochs):
             removed = self.timeline.removed(epoch)
-            for p in D.positions(positions_of(self.reading, doc, epoch)).tolist():
+            held = D.positions(positions_of(self.reading, doc, epoch)).tolist()
+            if not held:            # in no unit of the pass: say why rather than nothing
+                out.append({"epoch": epoch, "position": None, "step": None, "rank": None, "row": None,
+                            "why": self._in_no_unit()})
+            for p in held:
                 out.append(self._hit(epoch, p, removed, last_step))
         return out
+
+    def _in_no_unit(self) -> str:
+        packing = self.reading.config.conversations
+        if self.reading.chat and isinstance(self.reading.layout, Pack):
+            return f"in no row: longer than seq_len, and overflow={packing.overflow!r} leaves such a conversation out" \
+                if packing.overflow == "drop" else "in no row (an empty conversation)"
+        return "in no unit: in the stream's tail (fewer than seq_len tokens after the last row), or empty" \
+            if isinstance(self.reading.layout, Pack) else "in no unit (an empty document)"
 
     def _hit(self, epoch: int, position: int, removed: D.Ranges, last_step: int | None) -> dict:
         found = self.timeline.find(epoch, position, last_step=last_step)

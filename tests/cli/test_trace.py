@@ -259,3 +259,33 @@ def test_retokenized_text_is_the_batch(output, mixture, case):
                 assert ids == want, (case, rank, step)
                 checked += 1
     assert checked >= 8 and seen == ({"a", "b"} if case == "mixture" else {"a"})
+
+
+def test_chat_rows_with_the_runs_packing_and_a_dropped_conversation(tmp_path):
+    """Chat data packed into rows: trace takes the run's pack_window and overflow (given, or from the state)
+    and gives the loader's rows; a conversation overflow='drop' left out is said to be in no row."""
+    from chat_data import chat_corpus
+
+    from shardprep.loader import ShardDataset, make_dataloader
+
+    corpus = chat_corpus(tmp_path / "chat", [[30, 80, 150, 20, 260, 45] * 3, [100, 45, 12, 230, 7] * 2], seed=3,
+                         chunk_tokens=300)
+    ds = ShardDataset(corpus.root, mode="pack", seq_len=200, seed=2, pack_window=5, overflow="drop",
+                      return_doc_info=True)
+    loader = make_dataloader(ds, batch_size=2, rank=0, world_size=1)
+    batches = list(loader)
+    common = ("--world-size", 1, "--batch-size", 2, "--seq-len", 200, "--seed", 2)
+    for step in (0, len(batches) - 1):
+        want = [sorted({g for g in ids.tolist() if g >= 0}) for ids in batches[step]["doc_ids"]]
+        got = trace_json(corpus.root, "--step", step, *common, "--pack-window", 5, "--overflow", "drop")
+        assert [sorted({d["doc_id"] for d in row}) for row in got["ranks"][0]["rows"]] == want
+    state = tmp_path / "state.json"
+    state.write_text(json.dumps(make_dataloader(ds, batch_size=2, rank=0, world_size=1).state_dict()))
+    assert trace_json(corpus.root, "--step", 0, "--state", state)["ranks"][0]["rows"] == \
+        trace_json(corpus.root, "--step", 0, *common, "--pack-window", 5, "--overflow", "drop")["ranks"][0]["rows"]
+    refused = run_cli("trace", corpus.root, "--step", 0, "--state", state, "--pack-window", 7, check=2)
+    assert "packing.window=5" in refused.stderr
+    dropped = next(i for i, c in enumerate(corpus.all) if c.length > 200)
+    found = trace_json(corpus.root, "--find-doc", dropped, *common, "--pack-window", 5, "--overflow", "drop")
+    assert [r["step"] for r in found["reads"]] == [None]
+    assert "overflow='drop'" in found["reads"][0]["why"]
