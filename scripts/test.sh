@@ -20,5 +20,9 @@ if [ -x slurm/dev-cluster.sh ] || [ -f slurm/dev-cluster.sh ]; then
         if [ "${CI:-}" = "true" ]; then exit 1; fi
     fi
 fi
+# Python's byte-code cache on: an image that sets PYTHONDONTWRITEBYTECODE makes every process the tests start
+# (torchrun ranks, fork servers, the CLI run as a process) compile shardprep's modules again: a quarter of a
+# live test's time.  __pycache__/ is ignored by git.
+unset PYTHONDONTWRITEBYTECODE
 # One pytest worker per CPU (pytest-xdist), each test file on one worker: module fixtures are built once.
 exec "$PY" -m pytest -q -n auto --dist loadfile "$@"
