@@ -44,13 +44,38 @@ def _find_shared() -> Path:
 
 # No deadline for property tests: these machines are shared and noisy, and a deadline is a timed test
 # (examples that took 340 ms instead of 200 ms failed as "flaky" under load).
-try:
-    from hypothesis import settings as _hypothesis_settings
-except ImportError:     # a core install: the property tests are skipped for their missing extra
-    pass
-else:
-    _hypothesis_settings.register_profile("shardprep", deadline=None)
-    _hypothesis_settings.load_profile("shardprep")
+# (The profile is loaded in pytest_configure, once the tier is known: its max_examples is the budget of the
+# properties that name none.)
+
+# Property budgets by tier: ``make test`` (and any run that keeps the process tiers) gives each property its
+# full ``max_examples``; the fast tier (a ``-m`` expression that leaves out both ``e2e`` and ``live``, as
+# ``make test-fast`` passes) a quarter of it, at least FAST_EXAMPLES_FLOOR: the same properties over fewer
+# draws, where the full budget still runs in CI.  SHARDPREP_TEST_TIER=full|fast overrides (an environment
+# value, so a worker process and a module imported twice read the same answer).
+TIER_ENV = "SHARDPREP_TEST_TIER"
+FAST_EXAMPLES_DIVISOR = 4
+FAST_EXAMPLES_FLOOR = 10
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    expression = str(config.getoption("markexpr", "") or "").replace("(", " ").replace(")", " ")
+    words = expression.split()
+    fast = all(any(words[i:i + 2] == ["not", tier] for i in range(len(words))) for tier in TIERS)
+    os.environ.setdefault(TIER_ENV, "fast" if fast else "full")
+    try:
+        from hypothesis import settings as hypothesis_settings
+    except ImportError:     # a core install: the property tests are skipped for their missing extra
+        return
+    hypothesis_settings.register_profile("shardprep", deadline=None, max_examples=examples(100))
+    hypothesis_settings.load_profile("shardprep")
+
+
+def examples(full: int) -> int:
+    """A property's ``max_examples`` in this run's tier: ``full`` in the full tier, fewer in the fast one."""
+    if os.environ.get(TIER_ENV) != "fast":
+        return full
+    return min(full, max(FAST_EXAMPLES_FLOOR, full // FAST_EXAMPLES_DIVISOR))
+
 
 SHARED = _find_shared()
 GPT2_TOKENIZER = SHARED / "tokenizers" / "gpt2" / "tokenizer.json"
@@ -58,11 +83,27 @@ SHARED_CORPUS = SHARED / "corpus"
 SHARED_TOKENIZERS = SHARED / "tokenizers"
 
 
+_SAMPLE_TOKENIZERS: dict[tuple[int, int], bytes] = {}
+
+
+def sample_tokenizer_at(path: Path, *, vocab_size: int = 2000, seed: int = 0) -> Path:
+    """``demo_data.build_sample_tokenizer(path)``'s file, trained once per process and option set (training
+    takes a second; tests that write one per job would train the same tokenizer again and again)."""
+    key = (vocab_size, seed)
+    if key not in _SAMPLE_TOKENIZERS:
+        from shardprep.demo_data import build_sample_tokenizer
+
+        built = build_sample_tokenizer(path, vocab_size=vocab_size, seed=seed)
+        _SAMPLE_TOKENIZERS[key] = built.read_bytes()
+        return built
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(_SAMPLE_TOKENIZERS[key])
+    return path
+
+
 @pytest.fixture(scope="session")
 def sample_tokenizer(tmp_path_factory) -> Path:
-    from shardprep.demo_data import build_sample_tokenizer
-
-    return build_sample_tokenizer(tmp_path_factory.mktemp("tok") / "tokenizer.json")
+    return sample_tokenizer_at(tmp_path_factory.mktemp("tok") / "tokenizer.json")
 
 
 @pytest.fixture(scope="session")

@@ -52,10 +52,26 @@ def tokenizer_dir(tmp: Path, pair: str, template_text: str | None = None) -> Pat
     return directory
 
 
-def hf_tokenizer(directory: Path) -> Any:
-    from transformers import PreTrainedTokenizerFast
+def directory_key(directory: Path) -> tuple:
+    """What a tokenizer directory's loaders read: the tokenizer.json it links to and every other file's
+    bytes (the same files in another tmp directory give the same key; a rewritten config another)."""
+    files = tuple(sorted((f.name, f.read_bytes()) for f in directory.iterdir()
+                         if f.is_file() and f.name != "tokenizer.json"))
+    return str((directory / "tokenizer.json").resolve()), files
 
-    return PreTrainedTokenizerFast.from_pretrained(str(directory))
+
+# transformers' tokenizer per directory contents: loading one takes up to seconds (a 128k vocabulary), and
+# the chat tests compare against the same few many times; apply_chat_template leaves it as it was.
+_HF_TOKENIZERS: dict[tuple, Any] = {}
+
+
+def hf_tokenizer(directory: Path) -> Any:
+    key = directory_key(directory)
+    if key not in _HF_TOKENIZERS:
+        from transformers import PreTrainedTokenizerFast
+
+        _HF_TOKENIZERS[key] = PreTrainedTokenizerFast.from_pretrained(str(directory))
+    return _HF_TOKENIZERS[key]
 
 
 def hf_reference(hf: Any, messages: list[dict], masks: bool) -> tuple[list[int], list[int] | None] | Exception:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from chat_cases import CONVERSATIONS, tokenizer_dir
+from chat_cases import CONVERSATIONS, directory_key, tokenizer_dir
 from helpers import run_cli
 
 SIMPLE = ("system-multi-turn", "no-system", "unicode", "think-in-content")   # plain role/content messages
@@ -104,15 +104,31 @@ def shard_conversations(out: Path) -> list[tuple[list[int], list[tuple[int, int]
     return docs
 
 
+# One ``ChatEncoder`` per tokenizer, tokenizer directory contents, template and options: building one (the
+# tokenizer, its byte table, the compiled template) takes half a second, and a module compares many jobs
+# against the same few.  The key holds everything the encoder is built from (a directory rewritten with
+# another template gets its own; the same files in another tmp directory share it).
+_ENCODERS: dict[tuple, Any] = {}
+
+
+def _encoder(tok_dir: Path, template: Path | None, mode: str, thinking: bool) -> Any:
+    from tokenizers import Tokenizer
+
+    from shardprep.chat import ChatEncoder, load_chat_template
+
+    return ChatEncoder(Tokenizer.from_file(str(tok_dir / "tokenizer.json")), load_chat_template(tok_dir, template),
+                       mode, thinking)
+
+
 def core_encoded(tok_dir: Path, conversations: list[list[dict]], *, template: Path | None = None,
                  mode: str = "assistant", thinking: bool = True) -> list[tuple[list[int], list[tuple[int, int]]]]:
     """The chat core's ids and trained ranges for ``conversations`` (all accepted by the template)."""
-    from tokenizers import Tokenizer
+    from shardprep.chat import EncodedConversation
 
-    from shardprep.chat import ChatEncoder, EncodedConversation, load_chat_template
-
-    encoder = ChatEncoder(Tokenizer.from_file(str(tok_dir / "tokenizer.json")),
-                          load_chat_template(tok_dir, template), mode, thinking)
+    key = (directory_key(tok_dir), str(template) if template else None, mode, thinking)
+    encoder = _ENCODERS.get(key)
+    if encoder is None:
+        encoder = _ENCODERS[key] = _encoder(tok_dir, template, mode, thinking)
     out = []
     for result in encoder.encode(conversations):
         assert isinstance(result, EncodedConversation), result

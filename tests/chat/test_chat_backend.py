@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -53,11 +54,25 @@ def _run(out: Path) -> dict:
     return json.loads((out / "shard-00000.json").read_text())
 
 
+@pytest.fixture(scope="module")
+def hf_run(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], tuple[Path, dict]]:
+    """The ``--backend hf`` task of a pair (the bytes every other backend must write), run once per pair
+    for the module: (its output, its sidecar)."""
+    done: dict[str, tuple[Path, dict]] = {}
+
+    def run(pair: str) -> tuple[Path, dict]:
+        if pair not in done:
+            out = _plan(tmp_path_factory.mktemp(f"hf-{pair}"), pair, "hf", "hf")
+            done[pair] = out, _run(out)
+        return done[pair]
+    return run
+
+
 @needs_gigatoken
 @pytest.mark.parametrize("pair", ["qwen3-markers", "qwen3-dolma2", "phi-3-markers", "phi-3"])
-def test_auto_uses_gigatoken_and_writes_hf_bytes(tmp_path, pair):
+def test_auto_uses_gigatoken_and_writes_hf_bytes(tmp_path, pair, hf_run):
     auto = _run(_plan(tmp_path, pair, "auto", "auto"))
-    hf = _run(_plan(tmp_path, pair, "hf", "hf"))
+    hf_out, hf = hf_run(pair)
 
     rec = auto["backend"]
     assert rec["name"] == "gigatoken" and rec["requested"] == "auto" and "fallback_reason" not in rec
@@ -65,12 +80,12 @@ def test_auto_uses_gigatoken_and_writes_hf_bytes(tmp_path, pair):
     assert check["passed"] is True and check["sample_documents"] > 0 and check["spread_documents"] > 0
     assert check["hard_cases_checked"] == "plan"    # the plan checked them with special tokens matched, as chat does
     assert hf["backend"]["name"] == "hf" and hf["backend"]["check"] is None
-    assert (tmp_path / "auto" / "shard-00000.tar").read_bytes() == (tmp_path / "hf" / "shard-00000.tar").read_bytes()
+    assert (tmp_path / "auto" / "shard-00000.tar").read_bytes() == (hf_out / "shard-00000.tar").read_bytes()
     assert auto["trained_tokens"] == hf["trained_tokens"] > 0 and auto["skipped"] == hf["skipped"]
 
 
 @needs_gigatoken
-def test_one_differing_id_falls_back_to_hf(tmp_path, monkeypatch):
+def test_one_differing_id_falls_back_to_hf(tmp_path, monkeypatch, hf_run):
     from shardprep.tokenizer.gigatoken_backend import GigatokenBackend
 
     out = _plan(tmp_path, "qwen3-markers", "auto", "auto")
@@ -92,8 +107,8 @@ def test_one_differing_id_falls_back_to_hf(tmp_path, monkeypatch):
     assert "ids differ" in rec["fallback_reason"] and rec["fallback_reason"] == rec["check"]["reason"]
     assert rec["check"]["mismatch"]["expected"] != rec["check"]["mismatch"]["got"]
     assert "falling back to hf" in (out / "logs" / "task-00000.log").read_text()
-    hf = _run(_plan(tmp_path, "qwen3-markers", "hf", "hf"))
-    assert (out / "shard-00000.tar").read_bytes() == (tmp_path / "hf" / "shard-00000.tar").read_bytes()
+    hf_out, hf = hf_run("qwen3-markers")
+    assert (out / "shard-00000.tar").read_bytes() == (hf_out / "shard-00000.tar").read_bytes()
     assert sidecar["documents"] == hf["documents"] and sidecar["trained_tokens"] == hf["trained_tokens"]
 
 

@@ -30,13 +30,19 @@ def tmp_module(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 _TOKENIZERS: dict[str, Tokenizer] = {}
+_ENCODERS: dict[tuple, ChatEncoder] = {}
 
 
 def _encoder(tmp: Path, pair: str, **options: object) -> ChatEncoder:
-    directory = tokenizer_dir(tmp, pair)
-    if pair not in _TOKENIZERS:       # parsing the 128k DeepSeek tokenizer once is enough
-        _TOKENIZERS[pair] = Tokenizer.from_file(str(directory / "tokenizer.json"))
-    return ChatEncoder(_TOKENIZERS[pair], load_chat_template(directory), **options)  # type: ignore[arg-type]
+    """One encoder per pair and options for the module: parsing the 128k DeepSeek tokenizer, building its
+    byte table and compiling the template once is enough (the tests only encode with it)."""
+    key = (tmp, pair, tuple(sorted(options.items())))
+    if key not in _ENCODERS:
+        directory = tokenizer_dir(tmp, pair)
+        if pair not in _TOKENIZERS:
+            _TOKENIZERS[pair] = Tokenizer.from_file(str(directory / "tokenizer.json"))
+        _ENCODERS[key] = ChatEncoder(_TOKENIZERS[pair], load_chat_template(directory), **options)  # type: ignore[arg-type]
+    return _ENCODERS[key]
 
 
 def _trained_chars(encoder: ChatEncoder, messages: list[dict]) -> tuple[str, np.ndarray, list[tuple[int, int]]]:

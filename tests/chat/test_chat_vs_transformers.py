@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from chat_cases import CONVERSATIONS, MARKER_PAIRS, PAIRS, hf_reference, hf_tokenizer, tokenizer_dir
+from conftest import examples
 from tokenizers import Tokenizer
 
 from shardprep.chat import ChatEncoder, ChatTemplateError, EncodedConversation, Renderer, load_chat_template
@@ -19,6 +20,18 @@ pytestmark = pytest.mark.requires("hf")
 @pytest.fixture(scope="module")
 def tmp_module(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("chat")
+
+
+_ENCODERS: dict[Path, ChatEncoder] = {}
+
+
+def _encoder(directory: Path) -> ChatEncoder:
+    """The chat core on the pair's tokenizer and template, built once per directory (a tokenizer of 128k
+    tokens, its byte table and the compiled template take a second); the tests only encode with it."""
+    if directory not in _ENCODERS:
+        _ENCODERS[directory] = ChatEncoder(Tokenizer.from_file(str(directory / "tokenizer.json")),
+                                           load_chat_template(directory))
+    return _ENCODERS[directory]
 
 
 def _compare(hf: Any, encoder: ChatEncoder, conversations: list[list[dict]], masks: bool) -> None:
@@ -48,7 +61,7 @@ def test_text_ids_and_masks_equal_transformers(tmp_module: Path, pair: str) -> N
         except Exception:
             continue
         assert renderer.render(messages).text == expected
-    encoder = ChatEncoder(Tokenizer.from_file(str(directory / "tokenizer.json")), template)
+    encoder = ChatEncoder(_encoder(directory).tokenizer, template)     # the template read from tokenizer.json's path
     _compare(hf, encoder, list(CONVERSATIONS.values()), masks=pair in MARKER_PAIRS)
     # the offsets route gives the same answer as the byte-length route
     by_offsets = ChatEncoder(encoder.tokenizer, template, byte_lengths=False)
@@ -60,8 +73,7 @@ def test_deepseek_refuses_a_tool_call_with_null_content_as_transformers_does(tmp
     hf = hf_tokenizer(directory)
     messages = CONVERSATIONS["content-none-tool-call"]
     assert isinstance(hf_reference(hf, messages, False), Exception)
-    encoder = ChatEncoder(Tokenizer.from_file(str(directory / "tokenizer.json")),
-                          load_chat_template(directory))
+    encoder = _encoder(directory)
     good = CONVERSATIONS["system-multi-turn"]
     first, refused, last = encoder.encode([good, messages, good])
     assert isinstance(refused, ChatTemplateError) and "content" in refused.template_message
@@ -95,9 +107,9 @@ def _conversations(draw: st.DrawFn) -> list[dict]:
 def test_generated_conversations_equal_transformers(tmp_module: Path, pair: str) -> None:
     directory = tokenizer_dir(tmp_module, pair)
     hf = hf_tokenizer(directory)
-    encoder = ChatEncoder(Tokenizer.from_file(str(directory / "tokenizer.json")), load_chat_template(directory))
+    encoder = _encoder(directory)
 
-    @settings(max_examples=40, suppress_health_check=[HealthCheck.too_slow])
+    @settings(max_examples=examples(40), suppress_health_check=[HealthCheck.too_slow])
     @given(st.lists(_conversations(), min_size=1, max_size=4))
     def check(conversations: list[list[dict]]) -> None:
         _compare(hf, encoder, conversations, masks=pair in MARKER_PAIRS)
@@ -114,7 +126,7 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "description":
 def test_tools_render_as_transformers_renders_them(tmp_module: Path, pair: str) -> None:
     directory = tokenizer_dir(tmp_module, pair)
     hf = hf_tokenizer(directory)
-    encoder = ChatEncoder(Tokenizer.from_file(str(directory / "tokenizer.json")), load_chat_template(directory))
+    encoder = _encoder(directory)
     messages = CONVERSATIONS["tool-calls"]
     assert encoder.renderer.render(messages, TOOLS).text == hf.apply_chat_template(messages, tools=TOOLS,
                                                                                      tokenize=False)
@@ -130,7 +142,7 @@ def test_tools_render_as_transformers_renders_them(tmp_module: Path, pair: str) 
 
 def test_one_bos_only(tmp_module: Path) -> None:
     directory = tokenizer_dir(tmp_module, "deepseek-v3")
-    encoder = ChatEncoder(Tokenizer.from_file(str(directory / "tokenizer.json")), load_chat_template(directory))
+    encoder = _encoder(directory)
     (ours,) = encoder.encode([CONVERSATIONS["system-multi-turn"]])
     assert isinstance(ours, EncodedConversation)
     bos = encoder.tokenizer.token_to_id("<｜begin▁of▁sentence｜>")

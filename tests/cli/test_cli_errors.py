@@ -137,7 +137,7 @@ def test_inspect_decode_without_a_tokenizer_beside_the_shard(tmp_path, finished,
     ("stage", "--concurrency", "0"), ("upload", "--concurrency", "-4"), ("stage", "--max-attempts", "0"),
 ])
 def test_negative_or_zero_counts_are_refused_naming_the_option(tmp_path, finished, sample_tokenizer, command,
-                                                               option, value):
+                                                               option, value, monkeypatch):
     (tmp_path / "in.txt").write_text("hello\n")
     out = tmp_path / "out"
     base = {
@@ -149,7 +149,9 @@ def test_negative_or_zero_counts_are_refused_naming_the_option(tmp_path, finishe
         "run-task": ("run-task", finished, "--task-id", "0"),
         "stage": ("stage", "s3://bucket/raw/", out), "upload": ("upload", finished, "s3://bucket/shards/"),
     }[command]
-    proc = run_cli(*base, option, value, check=EXIT_USAGE, env={"AWS_MAX_ATTEMPTS": "1"})
+    # in this process (the refusal comes before any client is made); were one made, it would try once
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    proc = run_cli(*base, option, value, check=EXIT_USAGE)
     _one_line(proc, option, value)
     assert not out.exists()                                              # refused before writing anything
 

@@ -7,9 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from conftest import sample_tokenizer_at
 
 from shardprep.api import plan_job
-from shardprep.demo_data import build_sample_tokenizer, write_sample_corpus
+from shardprep.demo_data import write_sample_corpus
 from shardprep.job.finalize import finalize
 from shardprep.job.options import PlanOptions, TokenizeOptions
 from shardprep.job.sources import plan_sources
@@ -36,10 +37,26 @@ def run_job(root: Path, inputs: list[Path], tokenizer: Path, options: TokenizeOp
 
 def run_demo_job(root: Path, threads: int = 1, **options: Any) -> Path:
     """The demo corpus (txt, jsonl, jsonl.gz) with bad lines, cut into tasks that split files."""
-    corpus = write_sample_corpus(root / "corpus", files=6, docs_per_file=300, seed=3)
+    corpus = _demo_corpus(root / "corpus")
     (corpus / "bad.jsonl").write_text(BAD_LINES, encoding="utf-8")
-    tok = build_sample_tokenizer(root / "tok" / "tokenizer.json")
+    tok = sample_tokenizer_at(root / "tok" / "tokenizer.json")
     return run_job(root, [corpus], tok, TokenizeOptions(**{"chunk_tokens": 2048, **options}), 24 << 10, threads)
+
+
+_DEMO_CORPUS: dict[str, bytes] = {}
+
+
+def _demo_corpus(directory: Path) -> Path:
+    """``write_sample_corpus``'s files (6 x 300 documents), generated once per process and written again
+    (generating the documents takes a second each time; the files are the same for the same seed)."""
+    if not _DEMO_CORPUS:
+        write_sample_corpus(directory, files=6, docs_per_file=300, seed=3)
+        _DEMO_CORPUS.update({f.name: f.read_bytes() for f in sorted(directory.iterdir())})
+        return directory
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, data in _DEMO_CORPUS.items():
+        (directory / name).write_bytes(data)
+    return directory
 
 
 def sidecars(out: Path) -> list[tuple[Path, Sidecar]]:

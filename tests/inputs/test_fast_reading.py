@@ -14,10 +14,12 @@ import gzip
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
 import zstandard
+from conftest import examples
 from helpers import run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -75,7 +77,7 @@ _clean_json = st.sampled_from([b'{"text": "hello", "id": 5}', b'{"id": 7, "text"
 _json_line = st.one_of(_clean_json, _clean_json, st.sampled_from(JSON_PIECES))
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(120), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data(), kind=st.sampled_from(["line", "paragraph", "jsonl"]),
        compression=st.sampled_from([None, None, "gz", "zst"]), newline_at_end=st.booleans(),
        limit=st.sampled_from([40, 1 << 20]), strict=st.booleans(), block=st.sampled_from([7, 64, 8 << 20]))
@@ -248,20 +250,25 @@ def test_ids_that_differ_late_in_the_task_redo_the_shard_with_hf(tmp_path, gpt2_
     assert shard_documents(out) == reference_ids(gpt2_tokenizer, texts, eos)
 
 
-def test_an_explicit_fast_backend_that_differs_fails_the_task_and_writes_nothing(tmp_path, gpt2_tokenizer):
+def test_an_explicit_fast_backend_that_differs_fails_the_task_and_writes_nothing(tmp_path, gpt2_tokenizer,
+                                                                                 monkeypatch):
     """Through the CLI: with --backend gigatoken, ids that differ from hf fail the task (exit 6)."""
+    from shardprep.tokenizer.gigatoken_backend import GigatokenBackend
+
     src = tmp_path / "in.txt"
     src.write_text("some text\nmore text\n")
     out = tmp_path / "out"
     run_cli("plan", "-i", src, "-o", out, "-t", gpt2_tokenizer, "--backend", "gigatoken")
-    code = ("import sys\nfrom shardprep.tokenizer.gigatoken_backend import GigatokenBackend as G\n"
-            "real = G.encode\n"
-            "def bad(self, batch):\n    f, n = real(self, batch)\n    f = f.copy(); f[0] += 1\n    return f, n\n"
-            "G.encode = bad\nfrom shardprep.cli.main import main\n"
-            f"sys.exit(main(['run-task', {str(out)!r}, '--task-id', '0']))\n")
-    import subprocess
+    real = GigatokenBackend.encode
 
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    def bad(self: GigatokenBackend, batch: Any) -> tuple[Any, Any]:
+        f, n = real(self, batch)
+        f = f.copy()
+        f[0] += 1
+        return f, n
+    monkeypatch.setattr(GigatokenBackend, "encode", bad)
+    # in this process, on one thread (no encoding workers, which would not carry the patch)
+    proc = run_cli("run-task", out, "--task-id", "0", "--threads", "1", check=False)
     assert proc.returncode == 6, proc.stderr
     assert "does not reproduce the hf ids" in proc.stderr
     assert not (out / "shard-00000.tar").exists() and not list(out.glob(".shard-*"))

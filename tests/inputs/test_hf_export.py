@@ -17,6 +17,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import examples
 from helpers import plan_tasks, run_cli, shard_documents
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -247,7 +248,7 @@ def test_parquet_directory_as_direct_input_by_row_ranges(tmp_path, sample_tokeni
     assert shard_documents(a) == shard_documents(b)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(batches=st.lists(st.lists(st.text(max_size=30), max_size=12), min_size=1, max_size=6),
        parts=st.integers(1, 9))
 def test_arrow_row_ranges_cover_every_row_once(tmp_path_factory, batches, parts):

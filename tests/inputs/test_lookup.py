@@ -11,9 +11,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import sample_tokenizer_at
 from origin_jobs import BAD_LINES, check_every_document, lines_match, run_demo_job, run_job, sidecars
 
-from shardprep.demo_data import build_sample_tokenizer, sample_documents
+from shardprep.demo_data import sample_documents
 from shardprep.errors import InputDataError
 from shardprep.job.options import TokenizeOptions
 from shardprep.job.sources import document_record, plan_inputs, plan_sources
@@ -23,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 @pytest.fixture(scope="module")
 def tok(tmp_path_factory) -> Path:
-    return build_sample_tokenizer(tmp_path_factory.mktemp("tok") / "tokenizer.json")
+    return sample_tokenizer_at(tmp_path_factory.mktemp("tok") / "tokenizer.json")
 
 
 @pytest.mark.parametrize("threads", [1, 3])

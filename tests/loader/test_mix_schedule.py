@@ -8,6 +8,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -16,9 +17,9 @@ from shardprep.loader import distribute as D
 from shardprep.loader.mixstate import Segment
 from shardprep.loader.schedule import MAX_PERIOD, Schedule, prefix_bound, quotas, window_bound
 
-FAST = settings(max_examples=150, deadline=None)
+FAST = settings(max_examples=examples(150), deadline=None)
 # Each example builds whole schedules (~60 ms): fewer examples where the body does that more than once.
-BUILDS = settings(max_examples=50, deadline=None)
+BUILDS = settings(max_examples=examples(50), deadline=None)
 
 weights_st = st.lists(st.floats(min_value=0.05, max_value=50, allow_nan=False, allow_infinity=False),
                       min_size=1, max_size=7)

@@ -26,6 +26,16 @@ SECRETS = {"AWS_SECRET_ACCESS_KEY": "s3cr3t-Value-never-printed", "HF_TOKEN": "h
            "AWS_SESSION_TOKEN": "session-Value-never-printed"}
 
 
+@pytest.fixture(autouse=True)
+def _short_speed_timing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The speed check encodes its sample for at least TIMING_S (half a second) to time it: what these tests
+    check of it (a rate above zero, the estimates it feeds) holds after one pass, so doctor run in this
+    process times it for a few milliseconds (a run in a process of its own keeps the full timing)."""
+    from shardprep.doctor import checks
+
+    monkeypatch.setattr(checks, "TIMING_S", 0.01)
+
+
 def doctor(*args, check=True, env=None):
     return run_cli("doctor", *args, check=check, env=env)
 
@@ -124,14 +134,14 @@ def test_unwritable_output_fails_with_environment_status(tmp_path, sample_tokeni
         assert checks_by_name(json.loads(proc.stdout))["write_permission"]["verdict"] == "fail"
 
 
-def test_slurm_executor_without_sbatch_fails(tmp_path, sample_tokenizer):
+def test_slurm_executor_without_sbatch_fails(tmp_path, sample_tokenizer, monkeypatch):
     empty_bin = tmp_path / "bin"
     empty_bin.mkdir()
-    env = {"PATH": str(empty_bin)}
-    report = json.loads(doctor("-t", sample_tokenizer, "-o", tmp_path / "o", "--json", check=0, env=env).stdout)
+    monkeypatch.setenv("PATH", str(empty_bin))      # the Slurm check looks its tools up on each run: in process
+    report = json.loads(doctor("-t", sample_tokenizer, "-o", tmp_path / "o", "--json", check=0).stdout)
     assert checks_by_name(report)["slurm"]["verdict"] == "warn"           # local executor still works
     proc = doctor("-t", sample_tokenizer, "-o", tmp_path / "o", "--executor", "slurm", "--json",
-                  check=EXIT_ENVIRONMENT, env=env)
+                  check=EXIT_ENVIRONMENT)
     slurm = checks_by_name(json.loads(proc.stdout))["slurm"]
     assert slurm["verdict"] == "fail" and "sbatch" in slurm["message"] and "--executor local" in slurm["fix"]
 

@@ -29,10 +29,10 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import SHARED
+from conftest import SHARED, sample_tokenizer_at
 
 from shardprep.api import plan_job
-from shardprep.demo_data import build_sample_tokenizer, write_sample_corpus
+from shardprep.demo_data import write_sample_corpus
 from shardprep.job.finalize import finalize
 from shardprep.job.options import PlanOptions, TokenizeOptions
 from shardprep.job.state import job_state
@@ -207,7 +207,7 @@ def _corpus(root: Path) -> Path:
 def _tokenizer(root: Path, which: str) -> Path:
     dest = root / "tokenizers" / which / "tokenizer.json"
     if which == "demo":
-        return build_sample_tokenizer(dest)
+        return sample_tokenizer_at(dest)
     src = SHARED / "tokenizers" / which / "tokenizer.json"
     if not src.is_file():
         pytest.skip(f"shared tokenizer {src} not present")

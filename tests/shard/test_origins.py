@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -36,7 +37,7 @@ def _origins(draw: st.DrawFn) -> DocOrigins:
     return DocOrigins.of(inputs, offsets, lines)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(_origins())
 def test_origins_round_trip(o):
     rec = encode_origins(o)
@@ -44,7 +45,7 @@ def test_origins_round_trip(o):
     assert json.loads(json.dumps(rec.to_dict())) == rec.to_dict()
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(st.lists(st.integers(0, (1 << 63) - 1), max_size=3 * BLOCK + 5))
 def test_packed_column_round_trip(values):
     assert unpack_column(pack_column(values), len(values), "c").tolist() == values

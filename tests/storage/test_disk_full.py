@@ -47,7 +47,7 @@ def _fill(directory: Path) -> None:
 
 @pytest.mark.parametrize("mode", ["flock", "exclusive"])
 def test_full_disk_when_taking_the_output_lock_is_one_line_and_leaves_no_lock_file(tmp_path, small_fs, mode,
-                                                                                    sample_tokenizer):
+                                                                                    sample_tokenizer, monkeypatch):
     """Issue 23 item 7: plan/submit/finalize take the output lock first; on a completely full disk its owner
     record cannot be written.  One line naming the lock file (exit 8), and no empty lock file left."""
     text = tmp_path / "in.txt"
@@ -55,15 +55,16 @@ def test_full_disk_when_taking_the_output_lock_is_one_line_and_leaves_no_lock_fi
     out = small_fs / "out"
     run_cli("plan", "-i", text, "-o", out, "-t", sample_tokenizer)
     _fill(small_fs)
-    env = {"SHARDPREP_LOCK_MODE": mode}
+    # the lock reads its mode at each acquisition (storage.lock._lock_mode): the CLI runs in this process
+    monkeypatch.setenv("SHARDPREP_LOCK_MODE", mode)
     for args in (("plan", "-i", text, "-o", out, "-t", sample_tokenizer),
                  ("submit", "-i", text, "-o", out, "-t", sample_tokenizer, "--no-progress"),
                  ("submit", "--resume", out, "--no-progress"), ("finalize", out)):
-        proc = run_cli(*args, check=EXIT_ENVIRONMENT, env=env)
+        proc = run_cli(*args, check=EXIT_ENVIRONMENT)
         assert f"no space left on device writing {out / '.shardprep.lock'} (" in proc.stderr, proc.stderr
         assert "no lock file was left behind" in proc.stderr and "Traceback" not in proc.stderr
         assert not (out / ".shardprep.lock").exists()
     new = small_fs / "new"
-    proc = run_cli("plan", "-i", text, "-o", new, "-t", sample_tokenizer, check=EXIT_ENVIRONMENT, env=env)
+    proc = run_cli("plan", "-i", text, "-o", new, "-t", sample_tokenizer, check=EXIT_ENVIRONMENT)
     assert "no space left on device" in proc.stderr and "Traceback" not in proc.stderr
     assert not new.exists()                           # the directory it created is removed again

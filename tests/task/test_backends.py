@@ -7,11 +7,13 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import orjson
 import pytest
+from conftest import examples
 from helpers import reference_ids, run_cli, shard_documents
 
 pytest.importorskip("gigatoken")
@@ -100,9 +102,27 @@ def test_trained_tokenizer_backends_write_identical_shards(tmp_path, sample_toke
     assert {sc["backend"]["name"] for sc in sidecars["auto"].values()} == {"gigatoken"}
 
 
+# Tokenizers trained here, once per process (training takes up to a second; several tests use each): name ->
+# the tokenizer.json bytes, written again wherever a test wants its file.
+_TRAINED: dict[str, bytes] = {}
+
+
+def _trained_once(name: str, path: Path, train: Callable[[Path], None]) -> Path:
+    if name not in _TRAINED:
+        train(path)
+        _TRAINED[name] = path.read_bytes()
+    else:
+        path.write_bytes(_TRAINED[name])
+    return path
+
+
 def _no_regex_bpe(path: Path) -> Path:
     """A byte-level BPE whose pre-tokenizer does not split on the GPT-2 regex.  gigatoken loads it but
     always applies the regex, so its ids differ: a real case the check has to catch."""
+    return _trained_once("no-regex-bpe", path, _train_no_regex_bpe)
+
+
+def _train_no_regex_bpe(path: Path) -> None:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     from shardprep.demo_data import sample_documents
@@ -114,11 +134,14 @@ def _no_regex_bpe(path: Path) -> Path:
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator(sample_documents(1500, seed=3), trainer=trainer)
     tok.save(str(path))
-    return path
 
 
 def _wordpiece(path: Path) -> Path:
     """A WordPiece tokenizer: a model type gigatoken cannot load at all."""
+    return _trained_once("wordpiece", path, _train_wordpiece)
+
+
+def _train_wordpiece(path: Path) -> None:
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
     from shardprep.demo_data import sample_documents
@@ -128,7 +151,6 @@ def _wordpiece(path: Path) -> Path:
     tok.train_from_iterator(sample_documents(500, seed=4), trainer=trainers.WordPieceTrainer(
         vocab_size=400, special_tokens=["[UNK]", "[SEP]"], show_progress=False))
     tok.save(str(path))
-    return path
 
 
 @pytest.mark.slow
@@ -225,7 +247,7 @@ def test_add_boundary_tokens_matches_per_document_reference():
 
     from shardprep.tokenizer.backend import add_boundary_tokens
 
-    @settings(max_examples=200, deadline=None)
+    @settings(max_examples=examples(200), deadline=None)
     @given(st.lists(st.lists(st.integers(0, 1000), max_size=6), max_size=8),
            st.sampled_from([(None, 7), (5, None), (5, 7), (None, None)]))
     def check(docs, boundary):

@@ -6,9 +6,11 @@ not use."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -31,6 +33,19 @@ def _inputs(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def planned(tmp_path_factory: pytest.TempPathFactory, gpt2_tokenizer: Path) -> tuple[Path, Any]:
+    """One ``auto`` plan of the documents (its hard cases checked once), and its job; tests run copies."""
+    root = tmp_path_factory.mktemp("planned")
+    _, job = plan_job([_inputs(root)], root / "out", gpt2_tokenizer, TokenizeOptions())
+    return root / "out", job
+
+
+def _copy(planned: tuple[Path, Any], tmp_path: Path, name: str = "out") -> Path:
+    """A copy of the planned output (job.json names inputs, never its own directory): a test's own job."""
+    return Path(shutil.copytree(planned[0], tmp_path / name, symlinks=True))
+
+
 def _edit_job(output: Path, **changes: object) -> None:
     """Change job.json's backend_check (informational, not fingerprinted: the plan stays the same plan)."""
     job = json.loads((output / "job.json").read_text())
@@ -42,11 +57,12 @@ def _check(output: Path) -> dict:
     return json.loads((output / "shard-00000.json").read_text())["backend"]["check"]
 
 
-def test_plan_records_the_hard_cases_and_a_matching_task_trusts_them(tmp_path, gpt2_tokenizer):
+def test_plan_records_the_hard_cases_and_a_matching_task_trusts_them(tmp_path, planned):
     import gigatoken  # noqa: F401
     import tokenizers
 
-    _, job = plan_job([_inputs(tmp_path)], tmp_path / "out", gpt2_tokenizer, TokenizeOptions())
+    _copy(planned, tmp_path)
+    job = planned[1]
     record = job.backend_check
     assert record is not None and record.passed is True and record.load_dependent is False
     assert record.reference == f"hf {tokenizers.__version__}" and record.candidate.startswith("gigatoken ")
@@ -63,9 +79,8 @@ def test_plan_records_the_hard_cases_and_a_matching_task_trusts_them(tmp_path, g
 
 @pytest.mark.parametrize("field, value", [("candidate", "gigatoken 0.0.1"), ("reference", "hf 0.0.1"),
                                           ("tokenizer_fingerprint", "0" * 64), ("load_dependent", True)])
-def test_a_task_that_does_not_match_the_record_runs_the_hard_cases_itself(tmp_path, gpt2_tokenizer, field, value):
-    out = tmp_path / "out"
-    plan_job([_inputs(tmp_path)], out, gpt2_tokenizer, TokenizeOptions())
+def test_a_task_that_does_not_match_the_record_runs_the_hard_cases_itself(tmp_path, planned, field, value):
+    out = _copy(planned, tmp_path)
     _edit_job(out, **{field: value})
     run_task(out, 0)
     check = _check(out)
@@ -73,11 +88,10 @@ def test_a_task_that_does_not_match_the_record_runs_the_hard_cases_itself(tmp_pa
     assert field in check["plan_check_ignored"] or "per load" in check["plan_check_ignored"]
 
 
-def test_hf_plans_record_nothing_and_old_plans_check_in_the_task(tmp_path, gpt2_tokenizer):
+def test_hf_plans_record_nothing_and_old_plans_check_in_the_task(tmp_path, gpt2_tokenizer, planned):
     _, job = plan_job([_inputs(tmp_path)], tmp_path / "hf", gpt2_tokenizer, TokenizeOptions(backend="hf"))
     assert job.backend_check is None and "backend_check" not in (tmp_path / "hf" / "job.json").read_text()
-    out = tmp_path / "old"
-    plan_job([_inputs(tmp_path)], out, gpt2_tokenizer, TokenizeOptions())
+    out = _copy(planned, tmp_path, "old")
     job_json = json.loads((out / "job.json").read_text())
     del job_json["backend_check"]                                   # as planned before issue 12
     (out / "job.json").write_text(json.dumps(job_json, indent=2))

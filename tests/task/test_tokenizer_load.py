@@ -42,8 +42,13 @@ def test_transformers_directory_is_converted_to_fast(tmp_path):
 @pytest.mark.requires("hf")
 def test_hub_id_offline_fails_cleanly(tmp_path):
     (tmp_path / "in.txt").write_text("x\n")
+    from huggingface_hub import constants
+
+    # the hub reads HF_HUB_OFFLINE once, at import: this process is offline already (conftest sets it before
+    # any import), so the CLI runs here; a process of its own only where this one was started online
+    env = None if constants.HF_HUB_OFFLINE else {"HF_HUB_OFFLINE": "1"}
     proc = run_cli("plan", "-i", tmp_path / "in.txt", "-o", tmp_path / "o", "-t", "nobody-here/no-such-model",
-                   env={"HF_HUB_OFFLINE": "1"}, check=EXIT_TOKENIZER)
+                   env=env, check=EXIT_TOKENIZER)
     assert "cannot load tokenizer 'nobody-here/no-such-model'" in proc.stderr
     assert not (tmp_path / "o" / "job.json").exists()
 
