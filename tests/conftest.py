@@ -178,6 +178,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         elif (any(item.get_closest_marker(m) for m in LIVE_MARKERS)
               or set(getattr(item, "fixturenames", ())) & set(LIVE_FIXTURES)):
             item.add_marker("live")
+    # The process tiers' files first (a stable sort: the same order on every worker): pytest-xdist hands whole
+    # files to free workers in collection order, and a torchrun file of a minute collected last kept the other
+    # worker idle for that minute at the end of `make test`.
+    items.sort(key=lambda item: Path(str(item.path)).relative_to(TESTS).parts[0] not in TIERS)
 
 
 # Packages the test suite itself needs beyond the core, by the extra that installs them.
