@@ -10,6 +10,7 @@ import random
 import numpy as np
 import pytest
 from chat_cases import CHAT, CONVERSATIONS, PAIRS, TOKENIZERS
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer
@@ -47,7 +48,7 @@ def _conversation(rng: random.Random) -> list[dict]:
 
 @pytest.mark.parametrize("pair", ["phi-3", "phi-3-markers"])
 @pytest.mark.parametrize("thinking", [True, False])
-@settings(max_examples=8, deadline=None)
+@settings(max_examples=examples(8), deadline=None)
 @given(seed=st.integers(0, 10**6))
 def test_segments_give_the_offsets_answer(pair, thinking, seed):
     placed, offsets = _encoders(pair, thinking)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -30,7 +31,7 @@ def _docs(path: Path, item: WorkItem, mode: str) -> list[str]:
     return list(iter_documents(inp, item, TokenizeOptions(txt_mode=mode), SkipLog()))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(lines=st.lists(line, min_size=1, max_size=60), target=st.integers(1, 400),
        mode=st.sampled_from(["line", "paragraph"]), trailing=st.booleans())
 def test_split_ranges_read_every_document_exactly_once(tmp_path_factory, lines, target, mode, trailing):
@@ -60,7 +61,7 @@ _inputs = st.lists(st.tuples(st.sampled_from(["txt", "jsonl", "parquet"]), st.sa
                              st.integers(0, 10_000), st.integers(0, 1 << 62)), min_size=1, max_size=12)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(specs=_inputs, target=st.one_of(st.none(), st.integers(10_000, 40_000)), add_bos=st.booleans(),
        backend=st.sampled_from(["auto", "hf"]))
 def test_streamed_fingerprint_is_the_whole_body_hash(specs, target, add_bos, backend):
@@ -109,7 +110,7 @@ def test_boundary_tokens(lengths, bos, eos):
     assert [g.tolist() for g in got] == expected
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(doc_lengths=st.lists(st.integers(1, 300), min_size=1, max_size=50), chunk=st.integers(1, 500),
        layout=st.sampled_from(["pack", "doc"]))
 def test_writer_round_trip_and_chunking(tmp_path_factory, doc_lengths, chunk, layout):

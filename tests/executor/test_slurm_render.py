@@ -15,6 +15,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from conftest import examples
 from helpers import planned_with_slurm_record, run_cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -102,7 +103,7 @@ def test_bad_option_on_the_command_line_exits_2_naming_it(tmp_path, sample_token
 
 # --- the submission plan --------------------------------------------------------------------------------
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(ids=st.sets(st.integers(0, 5000), max_size=300), max_size=st.integers(1, 1200),
        throttle=st.none() | st.integers(1, 50), indexing=st.sampled_from(["offset", "position"]),
        finalize=st.booleans(), finalized=st.booleans())

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Iterator, Mapping
 
 import pytest
+from conftest import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -115,7 +116,7 @@ def tree_files(paths: list[list[str]]) -> list[str]:
     return files
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(paths=st.lists(st.lists(SEGMENT, min_size=1, max_size=3), min_size=1, max_size=12),
        pattern=st.lists(PATTERN_PART, min_size=1, max_size=3))
 def test_a_glob_on_keys_matches_what_it_matches_in_a_directory(tmp_path_factory, paths, pattern):
@@ -157,7 +158,7 @@ def pieces(inp: InputFile, start: int, end: int | None, limit: int, block: int) 
 LINES = st.lists(st.sampled_from(["", "a", "hello world", "x" * 40, "é€😀", "\0\0", "long " * 30]), max_size=60)
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(120), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(lines=LINES, last_newline=st.booleans(), cut=st.floats(0, 1), length=st.floats(0, 1),
        limit=st.integers(8, 200), block=st.integers(1, 300))
 def test_a_remote_range_is_read_into_the_blocks_a_local_file_gives(mem, tmp_path_factory, lines, last_newline, cut,

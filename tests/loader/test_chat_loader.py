@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 from chat_data import ChatCorpus, chat_corpus, lognormal_lengths
+from conftest import examples
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -74,7 +75,7 @@ def make(tmp_path_factory, shards, *, chunk_tokens=400, seed=0, chat=True, plan=
 shard_lengths = st.lists(st.lists(st.integers(1, 300), min_size=1, max_size=25), min_size=1, max_size=3)
 
 
-@settings(max_examples=25, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(25), suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(shards=shard_lengths, seq_len=st.integers(64, 400), window=st.integers(1, 30),
        overflow=st.sampled_from(["truncate", "drop"]), seed=st.integers(0, 5), epoch=st.integers(0, 2),
        chunk_tokens=st.integers(50, 800))
@@ -129,7 +130,7 @@ def units_and_rows(batches: list[dict]) -> list[tuple[int, list[int]]]:
     return [(int(u), b["input_ids"][i].tolist()) for b in batches for i, u in enumerate(b["unit_ids"].tolist())]
 
 
-@settings(max_examples=12, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(12), suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(w1=st.integers(1, 3), w2=st.integers(1, 3), batch=st.integers(1, 3), k=st.integers(0, 3),
        seed=st.integers(0, 3))
 def test_equal_steps_and_exact_resume_on_another_world_size(tmp_path_factory, w1, w2, batch, k, seed):

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardprep.loader import distribute as D
 from shardprep.loader.order import BlockShuffle, EpochStream, Layout, doc_order, permutation
 
-FAST = settings(max_examples=150, deadline=None)
+FAST = settings(max_examples=examples(150), deadline=None)
 
 # -- helpers ------------------------------------------------------------------------------------------
 

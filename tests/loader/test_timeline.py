@@ -6,9 +6,8 @@ which step reads a position (``find``), and on what a step range reads (``read``
 
 from __future__ import annotations
 
-import time
-
 import pytest
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -16,7 +15,7 @@ from shardprep.errors import ConfigError
 from shardprep.loader import distribute as D
 from shardprep.loader.timeline import Leg, Timeline
 
-FAST = settings(max_examples=120, deadline=None)
+FAST = settings(max_examples=examples(120), deadline=None)
 
 
 def simulate(units, changes, removed, steps, exact=False):
@@ -118,14 +117,15 @@ def test_position_is_what_a_resumed_loader_holds():
     assert tl.position(8) == (1, ((0, 100),))      # 8 steps per epoch: step 8 is epoch 1's first
 
 
-def test_step_a_million_is_instant_and_legs_cut_epochs():
+def test_a_far_step_is_arithmetic_and_legs_cut_epochs():
+    """Step 10**12 (billions of epochs on): answered by arithmetic over the legs and the steady epochs, not a
+    walk over steps or epochs (which would never return), and found back."""
     legs = [Leg(0, 0, 2, 4, False, ((0, 1000),)), Leg(50, 0, 3, 2, False, ((400, 1000),))]
     tl = Timeline(legs, 1000)
-    t0 = time.perf_counter()
-    epoch, ranges = tl.batch(10**6, 2)
+    epoch, ranges = tl.batch(10**12, 2)
+    assert epoch > 10**9
     hit = tl.find(epoch, ranges[0][0])
-    assert time.perf_counter() - t0 < 0.05
-    assert hit == (10**6, 2)
+    assert hit == (10**12, 2)
     assert tl.find(0, 0) == (0, 0) and tl.find(0, 401) is not None
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from conftest import examples
 from helpers import plan_tasks, run_cli
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -54,7 +55,7 @@ def _discovered(d, files):
     return discover_inputs([str(d)])
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(files=st.lists(_file, min_size=1, max_size=12), target=st.integers(200, 3000))
 def test_every_byte_of_every_input_is_planned_exactly_once(tmp_path_factory, files, target):
     inputs = _discovered(tmp_path_factory.mktemp("mix"), files)
@@ -83,7 +84,7 @@ def _even_text_split(idx: int, inp: InputFile, parts: int, paragraph: bool) -> l
 _sizes = st.lists(st.one_of(st.integers(1, 200 * MB), st.integers(1, 5_000_000_000)), min_size=1, max_size=60)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(sizes=_sizes, slots=st.integers(1, 4096), ratio=st.one_of(st.none(), st.floats(0.1, 4.0)),
        gz=st.lists(st.booleans(), max_size=60))
 @example(sizes=[1, 1 << 29], slots=2, ratio=0.125, gz=[])     # one task of 512 MiB + 1 byte: the floor's
@@ -120,7 +121,7 @@ def test_no_shard_under_16_mib_unless_the_dataset_is_smaller(monkeypatch, sizes,
             assert n == slots                                       # one full wave
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(files=st.lists(_file, min_size=1, max_size=12), n=st.integers(1, 9))
 def test_balanced_tasks_plan_every_byte_exactly_once_in_order(tmp_path_factory, files, n):
     inputs = _discovered(tmp_path_factory.mktemp("bal"), files)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -30,7 +31,7 @@ def documents(draw) -> tuple[np.ndarray, Trained]:
     return np.array(lengths), Trained(np.array(counts), np.array(ranges, dtype=np.int64).reshape(-1, 2))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(documents(), st.integers(50, 5000))
 def test_written_ranges_read_back_exactly_by_chunk_and_by_tar_walk(tmp_path_factory, docs, chunk_tokens):
     lengths, trained = docs

@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 sys.path.insert(0, str(Path(__file__).parents[1] / "fixtures"))
+from conftest import examples
 from fake_lfs import install as install_fake_lfs  # noqa: E402
 from s3_server import FaultProxy, aws_env, make_bucket, s3_client  # noqa: E402
 
@@ -87,7 +88,7 @@ def test_collisions_after_normalisation_and_file_dir_clashes_are_refused():
     assert "directory of other keys" in next(r.reason for r in refused if r.key == "a")
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(st.text(alphabet=st.sampled_from(list("ab./\u00e9\u0301")), max_size=12), max_size=8))
 def test_accepted_keys_stay_inside_the_destination_and_never_share_a_path(rels):
     mapping, refused = keymod.plan_local_paths(rels)
