@@ -20,6 +20,15 @@ def _input_check(capsys, *args: object) -> dict:
     return next(c for c in json.loads(out)["checks"] if c["name"] == "input")
 
 
+@pytest.fixture(autouse=True)
+def _short_speed_timing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The speed check times its sample for TIMING_S (half a second) per doctor run: nothing here reads the
+    rate, so it times a few milliseconds (as tests/report/test_doctor.py does)."""
+    from shardprep.doctor import checks
+
+    monkeypatch.setattr(checks, "TIMING_S", 0.01)
+
+
 @pytest.fixture
 def fake_partition(monkeypatch):
     """A Slurm partition of 64 CPUs on one node, as sinfo would say (nothing is submitted: --dry-run)."""

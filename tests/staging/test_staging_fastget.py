@@ -193,8 +193,12 @@ def test_connection_errors_are_retried_then_raised(monkeypatch):
         s.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{s.getsockname()[1]}"
     client = botocore_client(dead)
-    with SigningCapture(client) as capture, pytest.raises(EndpointConnectionError):
+    waits: list[float] = []
+    with monkeypatch.context() as m, SigningCapture(client) as capture, pytest.raises(EndpointConnectionError):
+        # botocore's own retries of this capture call, without their real backoff (seconds of sleep)
+        m.setattr("botocore.endpoint.time.sleep", waits.append)
         client.get_object(Bucket="bkt", Key="raw/x.txt")
+    assert len(waits) == MAX_ATTEMPTS - 1
     getter = direct_getter(client, capture, "raw/x.txt", max_attempts=MAX_ATTEMPTS)
     sleeps: list[float] = []
     getter._retry._sleep = sleeps.append

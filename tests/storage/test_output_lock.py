@@ -97,7 +97,7 @@ def test_second_submit_into_a_directory_in_use_is_refused_and_the_first_complete
     assert not (out / LOCK_FILE).exists()                    # released, and no leftover
 
 
-def test_stale_lock_file_of_a_dead_process_is_taken_over(tmp_path, sample_tokenizer):
+def test_stale_lock_file_of_a_dead_process_is_taken_over(tmp_path, sample_tokenizer, monkeypatch):
     """With the O_EXCL lock file (forced as on a Lustre client without flock): a record of a dead pid on
     this host is stale and taken over; a live one refuses; one from another host refuses with the file
     to remove."""
@@ -106,11 +106,14 @@ def test_stale_lock_file_of_a_dead_process_is_taken_over(tmp_path, sample_tokeni
     out.mkdir()
     env = {"SHARDPREP_LOCK_MODE": "exclusive"}
     plan = ("plan", "-i", tmp_path / "in.txt", "-o", out, "-t", sample_tokenizer)
+    # the mode is read per call: the dead and the remote owner are judged in this process; the live owner
+    # (this pid) by a process of its own, as another command would meet it
+    monkeypatch.setenv(lockmod.MODE_ENV, "exclusive")
 
     record = LockOwner(socket.gethostname(), _dead_pid(), time.time() - 600, None, "shardprep submit (killed)",
                        "exclusive", "t1")
     (out / LOCK_FILE).write_bytes(record.to_bytes())
-    proc = run_cli(*plan, env=env)
+    proc = run_cli(*plan)
     assert "took over the stale lock" in proc.stderr and "is no longer running" in proc.stderr
     assert not (out / LOCK_FILE).exists()
 
@@ -122,7 +125,7 @@ def test_stale_lock_file_of_a_dead_process_is_taken_over(tmp_path, sample_tokeni
 
     remote = LockOwner("other-node-17", 4242, time.time() - 7200, None, "shardprep submit", "exclusive", "t3")
     (out / LOCK_FILE).write_bytes(remote.to_bytes())
-    proc = run_cli(*plan, env=env, check=EXIT_PLAN_CONFLICT)
+    proc = run_cli(*plan, check=EXIT_PLAN_CONFLICT)
     assert "pid 4242 on other-node-17" in proc.stderr and "2h00m ago" in proc.stderr
     assert f"if it is no longer running there, remove {out / LOCK_FILE}" in proc.stderr
     assert (out / LOCK_FILE).read_bytes() == remote.to_bytes()      # not ours to remove
@@ -161,7 +164,7 @@ def test_lock_is_reentrant_in_one_process_and_waits_when_asked(tmp_path, caplog)
     try:
         with caplog.at_level("INFO", logger="shardprep.storage.lock"):
             with pytest.raises(OutputInUseError):
-                with output_lock(out, wait_s=0.5):
+                with output_lock(out, wait_s=0.25):    # one poll (POLL_S) is enough to wait
                     pass
         assert "waiting for" in caplog.text and "holder-under-test" in caplog.text   # it waited, then refused
     finally:
