@@ -28,14 +28,11 @@ from shardprep.loader import distribute as D
 from shardprep.loader.dataset import PassSpec, ShardDataset
 from shardprep.loader.layout import Doc
 from shardprep.loader.mixstate import mixture_state
-from shardprep.loader.mixstate import resume as resume_mixture
-from shardprep.loader.skips import RunSkips, Skips
+from shardprep.loader.skips import STATE_FORMAT, RunSkips, Skips, check_state
 from shardprep.loader.world import Placement, World
 
 log = logging.getLogger(__name__)
 
-STATE_FORMAT = "shardprep.loader.state/2"
-_FORMATS = (STATE_FORMAT, "shardprep.loader.state/1")      # /1: no step, legs or skips (the run counts from 0)
 TRANSFER_TOKENS = 1 << 18     # default worker -> main transfer size: ~256K tokens of batches per queue item
 # keys that must match for a saved position to mean the same units in the same order
 _IDENTITY = ("dataset", "mode", "seq_len", "seed", "shuffle", "shuffle_block", "units")
@@ -243,14 +240,9 @@ class ShardLoader:
 
     def load_state_dict(self, state: dict) -> None:
         """Continue from ``state`` (from ``state_dict()``, possibly with another world size or workers)."""
-        if not isinstance(state, dict) or state.get("format") not in _FORMATS:
-            raise ConfigError(f"loader state: format is {state.get('format') if isinstance(state, dict) else state!r}, "
-                              f"expected {STATE_FORMAT!r}")
-        mine = self.state_dict()
         mixture = self.dataset.mixture
-        if (mixture is None) != ("mixture" not in state):
-            raise ConfigError("loader state: saved by a " + ("mixture, this loader reads one dataset" if mixture is None
-                                                              else "single-dataset loader, this loader reads a mixture"))
+        check_state(state, mixture)
+        mine = self.state_dict()
         for key in _IDENTITY:
             if mixture is not None and key in ("dataset", "units"):
                 continue            # a changed mixture is adopted, deliberately (loader/mixstate.py)
@@ -265,16 +257,7 @@ class ShardLoader:
             log.warning("loader state was saved with batch_size=%s, continuing with %s: nothing repeated or "
                         "skipped, but batches differ from an uninterrupted run", state.get("batch_size"),
                         self.batch_size)
-        try:
-            remaining = D.normalize(state["remaining"])
-            epoch, step = int(state["epoch"]), int(state.get("step", 0))
-        except (KeyError, TypeError, ValueError) as e:
-            raise ConfigError(f"loader state: malformed remaining/epoch/step ({e})") from None
-        self._run.load(state)
-        if mixture is not None:
-            epoch, remaining = resume_mixture(mixture, state, epoch, remaining)
-        if remaining and (remaining[-1][1] > self.dataset.num_units or epoch < 0):
-            raise ConfigError(f"loader state: remaining ranges exceed the dataset's {self.dataset.num_units} units")
+        step, epoch, remaining = self._run.resume(state)
         self.epoch, self._remaining, self._pass, self._delivered = epoch, remaining, None, 0
         self._epoch_done, self._step0 = False, step
         for skips in self._given:       # skips given to this loader come after the state's

@@ -114,7 +114,7 @@ class ShardDataset(IterableDataset):
 
     @property
     def fingerprint(self) -> str:
-        return self.index.fingerprint if self.mixture is None else self.mixture.fingerprint
+        return self.reading.fingerprint
 
     @property
     def vocab_size(self) -> int | None:

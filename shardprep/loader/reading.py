@@ -101,6 +101,11 @@ class Reading:
         return self.tables
 
     @property
+    def fingerprint(self) -> str:
+        """What a loader state names the data by: the dataset's, or the mixture's (its sources and weights)."""
+        return self.index.fingerprint if self.mixture is None else self.mixture.fingerprint
+
+    @property
     def num_units(self) -> int:
         return self.sizes.num_units
 

@@ -26,6 +26,8 @@ from shardprep.loader.locate import DocRef, check_ref, positions_of
 from shardprep.loader.timeline import Leg, Timeline, union
 
 Removed = Callable[[int], D.Ranges]
+STATE_FORMAT = "shardprep.loader.state/2"
+STATE_FORMATS = (STATE_FORMAT, "shardprep.loader.state/1")    # /1: no step, legs or skips (the run counts from 0)
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,17 @@ class SkipState:
     def add_removed(self, found: dict[int, D.Ranges]) -> None:
         for epoch, ranges in found.items():
             self.removed[epoch] = union(self.removed.get(epoch, ()), ranges)
+
+
+def check_state(state: Any, mixture: Any) -> None:
+    """ConfigError unless ``state`` is a loader state of a known format and of the data's kind: a mixture's
+    for a ``mixture``, a single dataset's for None (checked before anything else is compared)."""
+    if not isinstance(state, dict) or state.get("format") not in STATE_FORMATS:
+        raise ConfigError(f"loader state: format is {state.get('format') if isinstance(state, dict) else state!r}, "
+                          f"expected {STATE_FORMAT!r}")
+    if (mixture is None) != ("mixture" not in state):
+        raise ConfigError("loader state: saved by a " + ("mixture, the data read now is one dataset" if mixture is None
+                                                          else "single-dataset loader, the data read now is a mixture"))
 
 
 class DocumentPositions:
@@ -155,6 +168,27 @@ class RunSkips:
 
     def to_state(self) -> dict:
         return {"legs": [leg.to_list() for leg in self.legs], "skips": self.state.to_state()}
+
+    def resume(self, state: dict) -> tuple[int, int, D.Ranges]:
+        """``(step, epoch, remaining)`` of a saved loader state, its legs and skips loaded (a mixture adopts its
+        segment, ``mixstate.resume``): what the loader continues from and what ``trace`` rebuilds.
+        ConfigError for another format, a state of the other kind (a mixture's, one dataset's), a malformed
+        one, or one holding positions the data does not have."""
+        from shardprep.loader.mixstate import resume as resume_mixture
+
+        mixture = self.reading.mixture
+        check_state(state, mixture)
+        try:
+            remaining = D.normalize(state["remaining"])
+            epoch, step = int(state["epoch"]), int(state.get("step", 0))
+        except (KeyError, TypeError, ValueError) as e:
+            raise ConfigError(f"loader state: malformed remaining/epoch/step ({e})") from None
+        self.load(state)
+        if mixture is not None:
+            epoch, remaining = resume_mixture(mixture, state, epoch, remaining)
+        if remaining and (remaining[-1][1] > self.units or epoch < 0):
+            raise ConfigError(f"loader state: remaining ranges exceed the dataset's {self.units} units")
+        return step, epoch, remaining
 
     def load(self, state: dict) -> None:
         """The legs and skips of a saved state (none in a state of format /1)."""

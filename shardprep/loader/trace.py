@@ -25,11 +25,10 @@ from shardprep.loader.layout import ConversationPacking, Doc, Pack, layout_of
 from shardprep.loader.locate import DocRef, check_ref, positions_of
 from shardprep.loader.reading import Reading
 from shardprep.loader.rowdocs import DocSpan, RowDocs
-from shardprep.loader.skips import RunSkips, Skips
+from shardprep.loader.skips import STATE_FORMATS, RunSkips, Skips, check_state
 from shardprep.loader.timeline import Timeline
 from shardprep.storage.locations import read_bytes
 
-STATE_FORMATS = ("shardprep.loader.state/2", "shardprep.loader.state/1")
 # option -> the state's key: a state records them, and a given option must agree with it
 _STATE_KEYS = {"mode": "mode", "seq_len": "seq_len", "seed": "seed", "shuffle": "shuffle",
                "shuffle_block": "shuffle_block", "batch": "batch_size"}
@@ -100,10 +99,6 @@ def open_reading(spec: object, opts: RunOptions) -> Reading:
                           shuffle_block=opts.shuffle_block,
                           conversations=ConversationPacking(opts.pack_window or 1024, opts.overflow or "truncate"))
     return Reading(source_from(spec, total_tokens=opts.total_tokens), config, files=False)
-
-
-def fingerprint(reading: Reading) -> str:
-    return reading.index.fingerprint if reading.mixture is None else reading.mixture.fingerprint
 
 
 class TraceRun:
@@ -233,20 +228,10 @@ def open_run(spec: object, opts: RunOptions, *, state: dict | None = None, skips
 
 
 def _resume(reading: Reading, state: dict, run: RunSkips) -> tuple[int, int, D.Ranges]:
-    """The state's position (mixtures: their segment adopted) and its legs and skips loaded into ``run``."""
-    from shardprep.loader.mixstate import resume
-
-    if (reading.mixture is None) != ("mixture" not in state):
-        raise ConfigError("loader state: saved by a " + ("mixture, SPEC is one dataset" if reading.mixture is None
-                                                          else "single-dataset loader, SPEC is a mixture"))
-    if reading.mixture is None and state.get("dataset") != fingerprint(reading):
+    """The state's position (mixtures: their segment adopted) and its legs and skips loaded into ``run``, as the
+    loader loads them (``RunSkips.resume``); a single dataset's state must be of the same data."""
+    check_state(state, reading.mixture)
+    if reading.mixture is None and state.get("dataset") != reading.fingerprint:
         raise ConfigError(f"loader state: dataset={str(state.get('dataset'))[:12]}... but SPEC is "
-                          f"{fingerprint(reading)[:12]}...: the state was saved reading other data")
-    try:
-        epoch, remaining, step = int(state["epoch"]), D.normalize(state["remaining"]), int(state.get("step", 0))
-    except (KeyError, TypeError, ValueError) as e:
-        raise ConfigError(f"loader state: malformed epoch/remaining/step ({e})") from None
-    if reading.mixture is not None:
-        epoch, remaining = resume(reading.mixture, state, epoch, remaining)
-    run.load(state)
-    return step, epoch, remaining
+                          f"{reading.fingerprint[:12]}...: the state was saved reading other data")
+    return run.resume(state)
