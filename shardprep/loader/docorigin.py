@@ -22,7 +22,6 @@ from shardprep.loader.locate import DocRef
 from shardprep.loader.reading import Reading
 from shardprep.loader.rowdocs import DocSpan
 from shardprep.shard.sidecar import Sidecar
-from shardprep.storage.locations import read_bytes
 
 NOT_RECORDED = "origin not recorded (format {version} shard)"
 
@@ -41,12 +40,8 @@ class Provenance:
         key = (source, shard)
         if key not in self._sidecars:
             index = self.reading.sources[source]
-            entry = index.shards[shard]
-            if index.record is None or not entry.sidecar:
-                self._sidecars[key] = None
-            else:
-                where = index.location(entry.sidecar)
-                self._sidecars[key] = Sidecar.parse(read_bytes(where, storage=index.storage), where)
+            legacy = index.record is None or not index.shards[shard].sidecar
+            self._sidecars[key] = None if legacy else index.sidecar(shard)
         return self._sidecars[key]
 
     def origin(self, source: int, shard: int, doc: int) -> ShardOrigin | None:
@@ -111,8 +106,8 @@ def documents_of_input(reading: Reading, prov: Provenance, location: str, lo: in
             if not inputs:
                 continue
             listed = True
-            origins = getattr(side, "origins", None)
-            number = getattr(inputs[0], "input", None)
+            assert side is not None         # a shard that lists inputs has a sidecar
+            origins, number = side.origins, inputs[0].input
             if origins is None or number is None:
                 continue
             recorded = True

@@ -59,6 +59,11 @@ class DatasetIndex:
     # -- reading (overridden by the legacy reader) --------------------------------------------------
     def chunk_table(self, shard: int) -> ChunkTable:
         """Read and validate the sidecar of shard ``shard`` (callers cache the result)."""
+        return self.sidecar(shard).chunks
+
+    def sidecar(self, shard: int) -> Sidecar:
+        """The sidecar of shard ``shard``, parsed and checked against index.json (its chunk table is what
+        the loader reads; ``trace`` reads its documents' origins too)."""
         entry = self.shards[shard]
         where = self.location(entry.sidecar)
         try:
@@ -66,7 +71,7 @@ class DatasetIndex:
         except FileNotFoundError:
             raise IncompleteError(f"{where}: sidecar of {entry.name} is missing") from None
         _check_sidecar(self, entry, side, where)
-        return side.chunks
+        return side
 
     def open(self, shard: int) -> ByteSource:
         return open_source(self.location(self.shards[shard].name), storage=self.storage)
