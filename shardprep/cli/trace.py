@@ -60,14 +60,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _options(args: argparse.Namespace) -> Any:
     from shardprep.loader.trace import RunOptions
 
-    typed = getattr(args, "typed_argv", None) or []
-    flags = {"mode": "--mode", "seq_len": "--seq-len", "seed": "--seed", "shuffle": "--no-shuffle",
-             "shuffle_block": "--shuffle-block", "batch": "--batch-size", "pack_window": "--pack-window",
-             "overflow": "--overflow"}
-    given = {k for k, flag in flags.items() if any(a == flag or a.startswith(flag + "=") for a in typed)}
     return RunOptions(mode=args.mode, seq_len=args.seq_len, seed=args.seed, shuffle=args.shuffle,
                       shuffle_block=args.shuffle_block, total_tokens=args.total_tokens, world=args.world,
-                      batch=args.batch_size, pack_window=args.pack_window, overflow=args.overflow, given=given)
+                      batch=args.batch_size, pack_window=args.pack_window, overflow=args.overflow)
 
 
 def _check(args: argparse.Namespace) -> None:

@@ -15,7 +15,7 @@ No torch, no torch.distributed: the CLI runs on a login node.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from shardprep.errors import ConfigError
@@ -32,6 +32,10 @@ from shardprep.storage.locations import read_bytes
 # option -> the state's key: a state records them, and a given option must agree with it
 _STATE_KEYS = {"mode": "mode", "seq_len": "seq_len", "seed": "seed", "shuffle": "shuffle",
                "shuffle_block": "shuffle_block", "batch": "batch_size"}
+_PACKING_KEYS = {"pack_window": "window", "overflow": "overflow"}     # the state's ``packing`` (chat pack rows)
+# options a state may leave out (None: the default shuffle block; pretraining data has no packing), so a
+# given one is not refused for it
+_UNRECORDED = ("shuffle_block", *_PACKING_KEYS)
 
 
 @dataclass
@@ -48,26 +52,20 @@ class RunOptions:
     batch: int | None = None
     pack_window: int | None = None      # chat data in pack mode (the state's ``packing``)
     overflow: str | None = None
-    given: set[str] = field(default_factory=set)       # which ones the caller set (vs defaults)
 
 
 def _with_state(opts: RunOptions, state: dict) -> RunOptions:
     """``opts`` completed from the state; an option given and different from the state's is refused."""
-    for key, skey in _STATE_KEYS.items():
-        saved = state.get(skey)
-        if key in opts.given and getattr(opts, key) != saved and not (key == "shuffle_block" and saved is None):
-            raise ConfigError(f"--{key.replace('_', '-')}={getattr(opts, key)!r} but the loader state says "
-                              f"{skey}={saved!r}: trace the run with the options it used (or leave it out)")
-        if key not in opts.given and saved is not None:
-            setattr(opts, key, saved)
-    saved_packing = state.get("packing")
-    packing: dict = saved_packing if isinstance(saved_packing, dict) else {}
-    for key, skey in (("pack_window", "window"), ("overflow", "overflow")):
-        saved = packing.get(skey)
-        if key in opts.given and saved is not None and getattr(opts, key) != saved:
-            raise ConfigError(f"--{key.replace('_', '-')}={getattr(opts, key)!r} but the loader state says "
-                              f"packing.{skey}={saved!r}: trace the run with the options it used (or leave it out)")
-        if key not in opts.given and saved is not None:
+    packing = state.get("packing")
+    saved_by_key = {key: (skey, state.get(skey)) for key, skey in _STATE_KEYS.items()}
+    saved_by_key.update({key: (f"packing.{skey}", packing.get(skey) if isinstance(packing, dict) else None)
+                         for key, skey in _PACKING_KEYS.items()})
+    for key, (name, saved) in saved_by_key.items():
+        given = getattr(opts, key)
+        if given is not None and given != saved and not (saved is None and key in _UNRECORDED):
+            raise ConfigError(f"--{key.replace('_', '-')}={given!r} but the loader state says {name}={saved!r}: "
+                              f"trace the run with the options it used (or leave it out)")
+        if given is None and saved is not None:
             setattr(opts, key, saved)
     legs = state.get("legs") or []
     if opts.world is None and legs:
