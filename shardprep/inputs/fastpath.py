@@ -296,11 +296,10 @@ def jsonl_block(data: bytes, start: int, lineno: int | None, limit: int, key: st
     bad = None in rows or "" in rows or any(map(str.isspace, cast("list[str]", rows)))
     if (blank or bad) and skips.strict:
         return None
-    texts = _record_jsonl_skips(rows, blank, lines, key, _At(path, start, lineno), skips) if bad or blank \
-        else cast("list[str]", rows)
-    kept = np.delete(np.arange(len(lines)), blank) if blank else np.arange(len(lines))
-    if bad:
-        kept = kept[np.fromiter((t is not None and not (t == "" or t.isspace()) for t in rows), bool, len(rows))]
+    if bad or blank:
+        texts, kept = _record_jsonl_skips(rows, blank, lines, key, _At(path, start, lineno), skips)
+    else:
+        texts, kept = cast("list[str]", rows), np.arange(len(lines))
     offsets, numbers = _places(lines, kept, start, lineno)
     return DocBatch(len(texts), strs=texts, offsets=offsets, lines=numbers), len(lines)
 
@@ -315,18 +314,21 @@ class _At:
 
 
 def _record_jsonl_skips(texts: list[str | None], blank: list[int], lines: Lines, key: str, at: _At,
-                        skips: SkipLog) -> list[str]:
-    """Record the block's skips in line order; return the documents kept."""
+                        skips: SkipLog) -> tuple[list[str], np.ndarray]:
+    """Record the block's skips in line order; return the documents kept and their lines (indexes into
+    ``lines``: where each kept document's record is)."""
     kept: list[str] = []
+    kept_lines: list[int] = []
     events: list[tuple[int, str, str]] = [(i, "empty", "blank line") for i in blank]
     line_of_row = np.delete(np.arange(len(lines)), blank) if blank else None
     for r, text in enumerate(texts):
+        line = int(line_of_row[r]) if line_of_row is not None else r
         if text is None or not text or text.isspace():
-            line = int(line_of_row[r]) if line_of_row is not None else r
             events.append((line, "missing_field", f"field {key!r} missing") if text is None else (line, "empty", ""))
         else:
             kept.append(text)
+            kept_lines.append(line)
     for line, reason, detail in sorted(events):
         skips.skip(reason, at.path, None if at.lineno is None else at.lineno + line, detail,
                    byte=at.start + int(lines.starts[line]))
-    return kept
+    return kept, np.array(kept_lines, dtype=np.int64)
