@@ -70,8 +70,8 @@ def document_record(sources: Sources, input_index: int, offset_or_row: int) -> D
     if inp.tabular:
         item = WorkItem(input_index, offset_or_row, offset_or_row + 1, "rows", offset_or_row + 1)
     else:
-        _check_record_start(inp, offset_or_row, paragraph=_paragraphs(inp, sources.read) and not sources.chat)
         paragraph = _paragraphs(inp, sources.read) and not sources.chat
+        _check_record_start(inp, offset_or_row, paragraph=paragraph)
         item = WorkItem(input_index, offset_or_row, None if paragraph else offset_or_row + 1, "bytes", None)
     kind = "row" if inp.tabular else "byte"
     if sources.chat:
