@@ -27,6 +27,7 @@ from shardprep.chat.segments import SegmentPlacer
 from shardprep.chat.spans import SpanRule, TrainedText
 from shardprep.chat.template import ChatTemplate
 from shardprep.chat.tokens import ByteLengths, byte_spans, trained_token_ranges
+from shardprep.tokenizer.parsed import ParsedCache
 
 ID_DTYPE = np.uint32
 
@@ -49,6 +50,23 @@ class IdsBackend(Protocol):
         ...
 
 
+# The placement tables of the last few tokenizers, by their JSON: building them parses the whole
+# vocabulary in Python (~0.2 s for 128k ids), once per process for a tokenizer (tokenizer.parsed).
+_TABLES: ParsedCache[tuple[ByteLengths | None, SegmentPlacer | None]] = ParsedCache()
+
+
+def placement_tables(tokenizer_json: str) -> tuple[ByteLengths | None, SegmentPlacer | None]:
+    """``(byte-length table, None)`` for a byte-level BPE; else ``(None, the segment placer)`` where
+    added tokens allow one (SentencePiece-style); else ``(None, None)``: ids need offsets."""
+
+    def build() -> tuple[ByteLengths | None, SegmentPlacer | None]:
+        spec = orjson.loads(tokenizer_json)
+        lengths = ByteLengths.from_tokenizer_json(spec)
+        return lengths, None if lengths else SegmentPlacer.from_tokenizer_json(spec)
+
+    return _TABLES.get(tokenizer_json, build)
+
+
 class ChatEncoder:
     """Render, tokenize and mask conversations with one tokenizer and one template.
 
@@ -61,19 +79,18 @@ class ChatEncoder:
 
     def __init__(self, tokenizer: Tokenizer, template: ChatTemplate, mode: str = "assistant",
                  thinking: bool = True, template_kwargs: Mapping[str, Any] | None = None,
-                 byte_lengths: ByteLengths | None | bool = True, ids_backend: IdsBackend | None = None):
+                 byte_lengths: ByteLengths | None | bool = True, ids_backend: IdsBackend | None = None,
+                 tokenizer_json: str | None = None):
         tokenizer.encode_special_tokens = False
         tokenizer.no_truncation()
         tokenizer.no_padding()
         self.tokenizer = tokenizer
         self.renderer = Renderer(template, template_kwargs)
         self.rule = SpanRule(self.renderer, mode, thinking)
-        spec = orjson.loads(tokenizer.to_str()) if byte_lengths is True else None
-        if spec is not None:
-            byte_lengths = ByteLengths.from_tokenizer_json(spec)
+        self.segments: SegmentPlacer | None = None
+        if byte_lengths is True:    # tokenizer_json: what the tokenizer was parsed from, when the caller has it
+            byte_lengths, self.segments = placement_tables(tokenizer_json or tokenizer.to_str())
         self.byte_lengths: ByteLengths | None = byte_lengths if isinstance(byte_lengths, ByteLengths) else None
-        # without a byte table (SentencePiece-style), ids are placed by the segments between added tokens
-        self.segments = SegmentPlacer.from_tokenizer_json(spec) if spec is not None and not self.byte_lengths else None
         self.ids_backend = ids_backend if self.placeable else None
 
     @property

@@ -25,6 +25,7 @@ from shardprep.shard.sidecar import Sidecar
 from shardprep.shard.trained import Trained
 from shardprep.storage.locations import join, split, store_for
 from shardprep.storage.store import SourceFile, Store
+from shardprep.tokenizer.parsed import shared_tokenizer
 
 NAME = "inspect"
 HELP = "print a shard's summary and decode its first documents"
@@ -143,8 +144,6 @@ def _walk(store: Store, shard: str, size: int, n: int, ids: IdCheck) -> tuple[in
 def _decoder(store: Store, parent: str, given: str | None) -> Any:
     """The tokenizer to decode with (``--tokenizer``, else the plan's frozen copy beside the shard), checked
     before the shard is read: a shard copied on its own has no tokenizer.json next to it."""
-    from tokenizers import Tokenizer
-
     if given:
         path = Path(given)
         if not path.is_file():
@@ -160,7 +159,7 @@ def _decoder(store: Store, parent: str, given: str | None) -> Any:
                                  f"is not beside the shard)",
                                  hint="pass the tokenizer.json the shard was made with: --tokenizer PATH") from None
     try:
-        return Tokenizer.from_str(text)
+        return shared_tokenizer(text, match_specials=False)
     except Exception as e:  # tokenizers raises a bare Exception for unreadable or foreign JSON
         raise TokenizerError(f"cannot decode: {where} is not a tokenizer.json ({e})") from None
 

@@ -43,6 +43,7 @@ from shardprep.shard.provenance import CheckRecord, SkipExample
 from shardprep.shard.trained import Trained
 from shardprep.shard.writer import ShardWriter
 from shardprep.tokenizer.backend import AUTO_CANDIDATES, Backend, HFBackend, Opened, open_backend
+from shardprep.tokenizer.parsed import shared_tokenizer
 
 CHAT_SKIP_REASONS = ("bad_conversation", "template_refused")
 
@@ -55,9 +56,8 @@ def chat_skip_log(strict: bool) -> SkipLog:
 def chat_encoder(tok_json: str, template: ChatTemplate, chat: ChatOptions) -> ChatEncoder:
     """The task's encoder: ``tokenizers`` ids (the reference), placed by the byte-length table where the
     tokenizer allows it, by offsets elsewhere (a fast backend's ids: ``with_ids``)."""
-    from tokenizers import Tokenizer
-
-    return ChatEncoder(Tokenizer.from_str(tok_json), template, chat.train_on, chat.train_thinking)
+    tokenizer = shared_tokenizer(tok_json, match_specials=True)
+    return ChatEncoder(tokenizer, template, chat.train_on, chat.train_thinking, tokenizer_json=tok_json)
 
 
 def chat_reference(tok_json: str, encoder: ChatEncoder, threads: int = 1) -> HFBackend:

@@ -16,6 +16,7 @@ from shardprep.report.collect import Output, Sidecar
 from shardprep.shard.index import IndexTokenizer
 from shardprep.shard.reader import read_chunk, split_docs
 from shardprep.storage.locations import join, open_source
+from shardprep.tokenizer.parsed import shared_tokenizer
 
 EDGE_TOKENS = 48       # tokens decoded at each end of a sample document
 EDGE_IDS = 12          # raw ids listed at each end
@@ -65,10 +66,9 @@ def describe_tokenizer(record: IndexTokenizer, tokenizer_json: str | None) -> To
     plan = TokenizerBlock(**{f.name: getattr(record, f.name) for f in fields(record)})
     if tokenizer_json is None:
         return plan
-    from tokenizers import Tokenizer
-
     spec = orjson.loads(tokenizer_json)
-    model = type(Tokenizer.from_str(tokenizer_json).model).__name__   # infers legacy files without "type"
+    # the parsed model's class: infers legacy files without "type"
+    model = type(shared_tokenizer(tokenizer_json, match_specials=False).model).__name__
     byte_fallback = bool((spec.get("model") or {}).get("byte_fallback"))
     pre_tokenizer, decoder = _component(spec.get("pre_tokenizer")), _component(spec.get("decoder"))
     return replace(plan, model=model, family=family(model, pre_tokenizer, decoder, byte_fallback),
@@ -114,9 +114,7 @@ def decode_samples(docs: list[SampleDoc], tokenizer_json: str | None) -> list[di
     """First and last tokens of each document, decoded (special tokens kept visible)."""
     tok = None
     if tokenizer_json is not None:
-        from tokenizers import Tokenizer
-
-        tok = Tokenizer.from_str(tokenizer_json)
+        tok = shared_tokenizer(tokenizer_json, match_specials=False)
 
     def text(ids: np.ndarray) -> str | None:
         return tok.decode(ids.tolist(), skip_special_tokens=False) if tok is not None else None

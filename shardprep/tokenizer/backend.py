@@ -61,18 +61,24 @@ class HFBackend:
 
     def __init__(self, tokenizer_json: str, *, allow_special_tokens: bool = False, tokenizer: Any = None,
                  threads: int = 1):
-        """``tokenizer``: the ``tokenizers.Tokenizer`` already parsed from ``tokenizer_json`` (taken over:
-        the settings below are applied to it).  ``threads``: how many threads tokenizers' pool has, so that
-        each call gives every one of them ``call_chars`` (the pool itself is sized once per process,
-        before first use: ``job.resources.set_tokenizer_threads``)."""
+        """``tokenizer``: the ``tokenizers.Tokenizer`` already parsed from ``tokenizer_json``, taken over
+        (its settings are changed); without one, the process's shared one (``tokenizer.parsed``).
+        ``threads``: how many threads tokenizers' pool has, so that each call gives every one of them
+        ``call_chars`` (the pool itself is sized once per process, before first use:
+        ``job.resources.set_tokenizer_threads``)."""
         import tokenizers
 
+        from shardprep.tokenizer.parsed import shared_tokenizer
+
         self._version = tokenizers.__version__
-        self.tok = tokenizer if tokenizer is not None else tokenizers.Tokenizer.from_str(tokenizer_json)
-        self.tok.no_truncation()
-        self.tok.no_padding()
-        # Raw text must not inject control tokens: encode "<|endoftext|>" in text as plain text.
-        self.tok.encode_special_tokens = not allow_special_tokens
+        if tokenizer is None:   # parsed once per process (tokenizer.parsed)
+            self.tok = shared_tokenizer(tokenizer_json, match_specials=allow_special_tokens)
+        else:
+            self.tok = tokenizer
+            self.tok.no_truncation()
+            self.tok.no_padding()
+            # Raw text must not inject control tokens: encode "<|endoftext|>" in text as plain text.
+            self.tok.encode_special_tokens = not allow_special_tokens
         self._threads = max(1, threads)
 
     def encode_batch(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:

@@ -45,6 +45,7 @@ import numpy as np
 import orjson
 
 from shardprep._extras import require
+from shardprep.tokenizer.parsed import ParsedCache
 from shardprep.tokenizer.verify_backend import added_tokens_span
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -100,6 +101,9 @@ def _installed_version(module: types.ModuleType) -> str:
 
 
 _forked = False
+# gigatoken's Rust tokenizers by (tokenizer JSON, special-token strings matched): loading one costs what
+# parsing it costs tokenizers, and a process loads the same one for task after task.
+_LOADED: ParsedCache[Any] = ParsedCache()
 
 
 def _mark_forked() -> None:
@@ -169,10 +173,14 @@ class GigatokenBackend:
         gigatoken = require("gigatoken", feature="the gigatoken backend")
         self._version = _installed_version(gigatoken)
         self._bytes_source = gigatoken.BytesSource
-        source = tokenizer_json if allow_special_tokens else plain_text_specials_json(tokenizer_json)
-        try:
+
+        def load() -> Any:
+            source = tokenizer_json if allow_special_tokens else plain_text_specials_json(tokenizer_json)
             # The raw Rust object: skips the Python wrapper's per-call worker-process detection.
-            self._tok = gigatoken.Tokenizer.from_json(source).backend
+            return gigatoken.Tokenizer.from_json(source).backend
+
+        try:    # loaded once per process, as tokenizers' are (tokenizer.parsed)
+            self._tok = _LOADED.get((tokenizer_json, allow_special_tokens), load)
         except Exception as e:  # Rust errors arrive as RuntimeError/ValueError with a multi-line message
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise BackendUnavailable(f"gigatoken cannot load this tokenizer: {first}") from None

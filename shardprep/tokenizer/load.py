@@ -22,6 +22,7 @@ from shardprep._extras import require
 from shardprep.errors import TokenizerError
 from shardprep.records import Record
 from shardprep.shard.format import dtype_for_vocab
+from shardprep.tokenizer.parsed import shared_tokenizer, tokenizer_file
 from shardprep.tokenizer.specials import KINDS, SpecialChoice, choose_specials, special_from_config
 
 log = logging.getLogger(__name__)
@@ -49,7 +50,8 @@ class ResolvedTokenizer:
     info: TokenizerInfo
     # how each of eos/bos/pad was chosen (printed by plan and doctor, never stored: see specials.py)
     choices: dict[str, SpecialChoice] = field(default_factory=dict)
-    loaded: Any = field(default=None, compare=False, repr=False)    # the tokenizers.Tokenizer parsed from json
+    # the process's shared tokenizers.Tokenizer of json (tokenizer.parsed: read it, never change its settings)
+    loaded: Any = field(default=None, compare=False, repr=False)
     _references: dict[bool, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def reference(self, allow_special_tokens: bool) -> Any:
@@ -58,9 +60,7 @@ class ResolvedTokenizer:
         if allow_special_tokens not in self._references:
             from shardprep.tokenizer.backend import HFBackend
 
-            tok = self.loaded if self.loaded is not None and not self._references else None
-            self._references[allow_special_tokens] = HFBackend(self.json, allow_special_tokens=allow_special_tokens,
-                                                               tokenizer=tok)
+            self._references[allow_special_tokens] = HFBackend(self.json, allow_special_tokens=allow_special_tokens)
         return self._references[allow_special_tokens]
 
     def describe_specials(self) -> dict[str, str]:
@@ -70,12 +70,9 @@ class ResolvedTokenizer:
 
 
 def _load_json_file(path: Path) -> tuple[str, Any]:
-    """(the Rust serialisation, the parsed ``tokenizers.Tokenizer``) of a tokenizer.json."""
-    from tokenizers import Tokenizer
-
+    """(the Rust serialisation, the process's shared ``tokenizers.Tokenizer``) of a tokenizer.json."""
     try:
-        tok = Tokenizer.from_file(str(path))
-        return tok.to_str(), tok
+        return tokenizer_file(path)
     except Exception as e:
         raise TokenizerError(
             f"{path} is not a fast-tokenizer JSON file ({e})",
@@ -151,7 +148,8 @@ def _load_with_transformers(spec: str) -> tuple[str, dict[str, str], Any]:
                  ".save_pretrained(dir)) or supply a tokenizer.json",
         )
     special = {k: getattr(tok, f"{k}_token") for k in KINDS if getattr(tok, f"{k}_token", None)}
-    return tok.backend_tokenizer.to_str(), special, tok.backend_tokenizer
+    text = tok.backend_tokenizer.to_str()
+    return text, special, shared_tokenizer(text, match_specials=False, parsed=tok.backend_tokenizer)
 
 
 def tokenizer_fingerprint(tok_json: str, special: dict[str, str | None]) -> str:
