@@ -6,6 +6,7 @@ tests use them as well.  Everything is deterministic (seeded), so two runs give 
 
 from __future__ import annotations
 
+import functools
 import gzip
 import io
 import json
@@ -45,8 +46,16 @@ def _document(rng: random.Random) -> str:
 
 
 def sample_documents(n: int, seed: int = 0) -> list[str]:
+    """``n`` generated documents, the same for the same ``(n, seed)``."""
+    return list(_documents(n, seed))
+
+
+@functools.lru_cache(maxsize=64)
+def _documents(n: int, seed: int) -> tuple[str, ...]:
+    # Kept per process: the generator draws word by word (~40 us a document), and a process that builds
+    # the corpus and trains the tokenizer on it, or several demo jobs, asks for the same ones again.
     rng = random.Random(seed)
-    return [_document(rng) for _ in range(n)]
+    return tuple(_document(rng) for _ in range(n))
 
 
 def write_sample_corpus(directory: str | Path, *, files: int = 6, docs_per_file: int = 400, seed: int = 0) -> Path:

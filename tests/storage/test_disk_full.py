@@ -22,7 +22,7 @@ def _free(path: Path) -> int:
 
 def test_disk_full_removes_the_temporary_and_names_file_and_space(tmp_path, small_fs, sample_tokenizer):
     text = tmp_path / "big.txt"
-    text.write_text("\n".join(sample_documents(4000, seed=3) * 8) + "\n")   # a shard of ~4 MB
+    text.write_text("\n".join(sample_documents(4000, seed=3) * 5) + "\n")   # a shard of ~2.6 MB
     out = small_fs / "out"
     proc = run_cli("submit", "-i", text, "-o", out, "-t", sample_tokenizer, "--backend", "hf", "--no-progress",
                    check=EXIT_ENVIRONMENT)
