@@ -69,7 +69,9 @@ class RedactSecrets(logging.Filter):
 def quiet_libraries() -> None:
     """Hold :data:`QUIET_LOGGERS` at WARNING, whatever level the root logger has (``-v``: DEBUG)."""
     for name in QUIET_LOGGERS:
-        logging.getLogger(name).setLevel(logging.WARNING)
+        logger = logging.getLogger(name)
+        if logger.level != logging.WARNING:   # setLevel clears every logger's cache: torch has hundreds
+            logger.setLevel(logging.WARNING)
 
 
 def protect(handlers: Iterable[logging.Handler]) -> None:

@@ -22,7 +22,7 @@ from shardprep._extras import require
 from shardprep.errors import TokenizerError
 from shardprep.records import Record
 from shardprep.shard.format import dtype_for_vocab
-from shardprep.tokenizer.parsed import shared_tokenizer, tokenizer_file
+from shardprep.tokenizer.parsed import ParsedCache, shared_tokenizer, tokenizer_file
 from shardprep.tokenizer.specials import KINDS, SpecialChoice, choose_specials, special_from_config
 
 log = logging.getLogger(__name__)
@@ -172,6 +172,19 @@ def _looks_like_path(spec: str) -> bool:
     return spec.startswith((".", "/", "~")) or spec.endswith(".json") or spec.count("/") > 1
 
 
+def _vocabulary(tok: Any) -> tuple[int, dict[str, bool], Any]:
+    """(vocabulary size: the largest id + 1, {added token: special}, the post-processor's state)."""
+    vocab = tok.get_vocab(with_added_tokens=True)
+    added = {t.content: bool(t.special) for t in tok.get_added_tokens_decoder().values()}
+    post = tok.post_processor.__getstate__() if tok.post_processor is not None else None
+    return (max(vocab.values()) + 1 if vocab else 0), added, post
+
+
+# What resolving reads of a vocabulary, by the tokenizer's JSON (tokenizer.parsed): listing 128k ids costs
+# ~15 ms, and a process resolves the same tokenizer for plan after plan.
+_VOCABULARIES: ParsedCache[tuple[int, dict[str, bool], Any]] = ParsedCache()
+
+
 def resolve_tokenizer(spec: str, *, eos_token: str | None = None, bos_token: str | None = None) -> ResolvedTokenizer:
     """Load ``spec`` and describe it.  Raises TokenizerError with the spec and a next step on failure."""
     path = Path(spec)
@@ -190,10 +203,7 @@ def resolve_tokenizer(spec: str, *, eos_token: str | None = None, bos_token: str
         raise TokenizerError(f"tokenizer {spec} does not exist")
     else:
         tok_json, special, tok = _load_with_transformers(spec)
-    vocab = tok.get_vocab(with_added_tokens=True)
-    vocab_size = max(vocab.values()) + 1 if vocab else 0
-    added = {t.content: bool(t.special) for t in tok.get_added_tokens_decoder().values()}
-    post = tok.post_processor.__getstate__() if tok.post_processor is not None else None
+    vocab_size, added, post = _VOCABULARIES.get(tok_json, lambda: _vocabulary(tok))
     choices = choose_specials({"eos": eos_token, "bos": bos_token}, special, post, added)
     chosen = {kind: c.token for kind, c in choices.items()}
     ids: dict[str, int | None] = {}

@@ -82,19 +82,19 @@ def shared_tokenizer(tokenizer_json: str, *, match_specials: bool, parsed: Any =
 def tokenizer_file(path: Path) -> tuple[str, Any]:
     """``(serialisation, tokenizer)`` of a ``tokenizer.json``: the Rust serialisation (what a plan
     freezes) and the shared tokenizer parsed from it (special-token strings as plain text).  Keyed by the
-    file's identity, size and modification time, so an edited file is read again."""
+    file's bytes (reading them costs a few ms where parsing costs a hundred): a copy of the same file is
+    not parsed again, an edited one is."""
     from tokenizers import Tokenizer
 
-    st = path.stat()
-    key = (str(path.resolve()), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    raw = path.read_bytes()
     first: list[Any] = []
 
     def parse() -> str:
-        tok = Tokenizer.from_file(str(path))
+        tok = Tokenizer.from_buffer(raw)
         first.append(tok)
         return str(tok.to_str())
 
-    text = _FILES.get(key, parse)
+    text = _FILES.get(raw, parse)
     return text, shared_tokenizer(text, match_specials=False, parsed=first[0] if first else None)
 
 

@@ -256,6 +256,11 @@ def test_a_plan_parses_its_tokenizer_once_and_job_json_at_most_once(tmp_path, sa
             calls["from_str"] += 1
             return real_tokenizer.from_file(path)
 
+        @staticmethod
+        def from_buffer(data):
+            calls["from_str"] += 1
+            return real_tokenizer.from_buffer(data)
+
     def parse(data, where):
         calls["parse"] += 1
         return real_parse(data, where)
