@@ -62,6 +62,16 @@ def directory_key(directory: Path) -> tuple:
 
 # transformers' tokenizer per directory contents: loading one takes up to seconds (a 128k vocabulary), and
 # the chat tests compare against the same few many times; apply_chat_template leaves it as it was.
+def chat_tokenizer(path: Path) -> dict[str, Any]:
+    """``ChatEncoder``'s tokenizer arguments for a tokenizer.json: the process's shared tokenizer with special
+    tokens matched, and the JSON it was parsed from (so the encoder's placement tables are built once per
+    process, as a task's are: ``tokenizer.parsed``)."""
+    from shardprep.tokenizer.parsed import shared_tokenizer, tokenizer_file
+
+    text, _ = tokenizer_file(path)
+    return {"tokenizer": shared_tokenizer(text, match_specials=True), "tokenizer_json": text}
+
+
 _HF_TOKENIZERS: dict[tuple, Any] = {}
 
 

@@ -112,12 +112,12 @@ _ENCODERS: dict[tuple, Any] = {}
 
 
 def _encoder(tok_dir: Path, template: Path | None, mode: str, thinking: bool) -> Any:
-    from tokenizers import Tokenizer
+    from chat_cases import chat_tokenizer
 
     from shardprep.chat import ChatEncoder, load_chat_template
 
-    return ChatEncoder(Tokenizer.from_file(str(tok_dir / "tokenizer.json")), load_chat_template(tok_dir, template),
-                       mode, thinking)
+    return ChatEncoder(template=load_chat_template(tok_dir, template), mode=mode, thinking=thinking,
+                       **chat_tokenizer(tok_dir / "tokenizer.json"))
 
 
 def core_encoded(tok_dir: Path, conversations: list[list[dict]], *, template: Path | None = None,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from chat_cases import PLAIN_PAIRS, tokenizer_dir
+from chat_cases import PLAIN_PAIRS, chat_tokenizer, tokenizer_dir
 from tokenizers import Tokenizer
 
 from shardprep.chat import ChatEncoder, ChatTemplate, ChatTemplateError, EncodedConversation, load_chat_template
@@ -29,7 +29,6 @@ def tmp_module(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("masks")
 
 
-_TOKENIZERS: dict[str, Tokenizer] = {}
 _ENCODERS: dict[tuple, ChatEncoder] = {}
 
 
@@ -39,9 +38,8 @@ def _encoder(tmp: Path, pair: str, **options: object) -> ChatEncoder:
     key = (tmp, pair, tuple(sorted(options.items())))
     if key not in _ENCODERS:
         directory = tokenizer_dir(tmp, pair)
-        if pair not in _TOKENIZERS:
-            _TOKENIZERS[pair] = Tokenizer.from_file(str(directory / "tokenizer.json"))
-        _ENCODERS[key] = ChatEncoder(_TOKENIZERS[pair], load_chat_template(directory), **options)  # type: ignore[arg-type]
+        _ENCODERS[key] = ChatEncoder(template=load_chat_template(directory), **chat_tokenizer(directory / "tokenizer.json"),
+                                     **options)  # type: ignore[arg-type]
     return _ENCODERS[key]
 
 
@@ -169,7 +167,7 @@ def test_a_refused_conversation_is_an_error_in_its_place(tmp_module: Path) -> No
               "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}"
               "{% endif %}{{ '<|' + m.role + '|>' + m.content + '<|end|>' }}{% endfor %}")
     template = ChatTemplate(strict, "strict.jinja", {"eos_token": "<|endoftext|>"})
-    encoder = ChatEncoder(Tokenizer.from_file(str(directory / "tokenizer.json")), template)
+    encoder = ChatEncoder(template=template, **chat_tokenizer(directory / "tokenizer.json"))
     ok = [{"role": "user", "content": "U"}, {"role": "assistant", "content": "A"}]
     system = [{"role": "system", "content": "S"}, *ok]
     twice = [ok[0], ok[0], ok[1]]

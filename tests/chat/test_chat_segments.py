@@ -9,11 +9,10 @@ import random
 
 import numpy as np
 import pytest
-from chat_cases import CHAT, CONVERSATIONS, PAIRS, TOKENIZERS
+from chat_cases import CHAT, CONVERSATIONS, PAIRS, TOKENIZERS, chat_tokenizer
 from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tokenizers import Tokenizer
 
 from shardprep.chat.encoder import ChatEncoder
 from shardprep.chat.segments import SegmentPlacer
@@ -30,8 +29,8 @@ def _encoders(pair: str, thinking: bool = True) -> tuple[ChatEncoder, ChatEncode
         pytest.skip("shared tokenizer or chat template missing")
     specials = {k: v for k, v in (("bos_token", bos), ("eos_token", eos)) if v}
     chat = ChatTemplate(source.read_text(encoding="utf-8"), str(source), specials)
-    placed = ChatEncoder(Tokenizer.from_file(str(path)), chat, thinking=thinking)
-    offsets = ChatEncoder(Tokenizer.from_file(str(path)), chat, thinking=thinking, byte_lengths=False)
+    placed = ChatEncoder(template=chat, thinking=thinking, **chat_tokenizer(path))
+    offsets = ChatEncoder(template=chat, thinking=thinking, byte_lengths=False, **chat_tokenizer(path))
     assert placed.segments is not None and placed.byte_lengths is None and offsets.segments is None
     return placed, offsets
 

@@ -72,7 +72,7 @@ def test_no_table_for_tokenizers_that_are_not_plain_byte_level() -> None:
 @pytest.mark.parametrize("backend", ["hf", "gigatoken"])
 def test_an_ids_backend_gives_the_same_encodings(tmp_path, backend: str) -> None:
     """A fast backend's ids placed with the byte-length table equal the tokenizers route."""
-    from chat_cases import CONVERSATIONS, tokenizer_dir
+    from chat_cases import CONVERSATIONS, chat_tokenizer, tokenizer_dir
 
     from shardprep.chat import ChatEncoder, EncodedConversation, load_chat_template
     from shardprep.tokenizer.backend import BACKENDS
@@ -84,8 +84,9 @@ def test_an_ids_backend_gives_the_same_encodings(tmp_path, backend: str) -> None
     fast = BACKENDS[backend](tokenizer_json, True)
     template = load_chat_template(directory)
     conversations = [c for name, c in CONVERSATIONS.items() if name != "content-none-tool-call"]
-    reference = ChatEncoder(Tokenizer.from_str(tokenizer_json), template).encode(conversations)
-    ours = ChatEncoder(Tokenizer.from_str(tokenizer_json), template, ids_backend=fast).encode(conversations)
+    shared = chat_tokenizer(directory / "tokenizer.json")
+    reference = ChatEncoder(template=template, **shared).encode(conversations)
+    ours = ChatEncoder(template=template, ids_backend=fast, **shared).encode(conversations)
     for a, b in zip(reference, ours):
         assert isinstance(a, EncodedConversation) and isinstance(b, EncodedConversation)
         assert a.ids.tolist() == b.ids.tolist() and a.trained.tolist() == b.trained.tolist()

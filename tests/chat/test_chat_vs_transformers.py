@@ -7,9 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chat_cases import CONVERSATIONS, MARKER_PAIRS, PAIRS, hf_reference, hf_tokenizer, tokenizer_dir
+from chat_cases import CONVERSATIONS, MARKER_PAIRS, PAIRS, chat_tokenizer, hf_reference, hf_tokenizer, tokenizer_dir
 from conftest import examples
-from tokenizers import Tokenizer
 
 from shardprep.chat import ChatEncoder, ChatTemplateError, EncodedConversation, Renderer, load_chat_template
 from shardprep.chat.tokens import mask_of
@@ -29,8 +28,8 @@ def _encoder(directory: Path) -> ChatEncoder:
     """The chat core on the pair's tokenizer and template, built once per directory (a tokenizer of 128k
     tokens, its byte table and the compiled template take a second); the tests only encode with it."""
     if directory not in _ENCODERS:
-        _ENCODERS[directory] = ChatEncoder(Tokenizer.from_file(str(directory / "tokenizer.json")),
-                                           load_chat_template(directory))
+        _ENCODERS[directory] = ChatEncoder(template=load_chat_template(directory),
+                                           **chat_tokenizer(directory / "tokenizer.json"))
     return _ENCODERS[directory]
 
 
@@ -61,7 +60,8 @@ def test_text_ids_and_masks_equal_transformers(tmp_module: Path, pair: str) -> N
         except Exception:
             continue
         assert renderer.render(messages).text == expected
-    encoder = ChatEncoder(_encoder(directory).tokenizer, template)     # the template read from tokenizer.json's path
+    # the template read from tokenizer.json's path
+    encoder = ChatEncoder(template=template, **chat_tokenizer(directory / "tokenizer.json"))
     _compare(hf, encoder, list(CONVERSATIONS.values()), masks=pair in MARKER_PAIRS)
     # the offsets route gives the same answer as the byte-length route
     by_offsets = ChatEncoder(encoder.tokenizer, template, byte_lengths=False)

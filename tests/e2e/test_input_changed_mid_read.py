@@ -4,6 +4,7 @@ its own, watched through /proc and signalled: the e2e tier."""
 
 from __future__ import annotations
 
+import functools
 import gzip
 import os
 import random
@@ -43,14 +44,17 @@ def _fd_position(pid: int, fd: int) -> int:
     raise AssertionError(f"no position in /proc/{pid}/fdinfo/{fd}")
 
 
-def _write_big(path: Path, mib: int) -> None:
-    """Text of hard-to-compress random words (so a .gz stays nearly as big), one document per line."""
+@functools.cache
+def _big_text(mib: int) -> bytes:
+    """Text of hard-to-compress random words (so a .gz stays nearly as big), one document per line: the
+    same for every case, drawn once."""
     rng = random.Random(5)
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "wt") as f:
-        for _ in range(mib * 1024):
-            f.write(" ".join("".join(rng.choices(string.ascii_letters, k=rng.randint(2, 9)))
-                             for _ in range(170)) + "\n")
+    return "".join(" ".join("".join(rng.choices(string.ascii_letters, k=rng.randint(2, 9))) for _ in range(170)) + "\n"
+                   for _ in range(mib * 1024)).encode()
+
+
+def _write_big(path: Path, mib: int) -> None:
+    path.write_bytes(gzip.compress(_big_text(mib), 1) if path.suffix == ".gz" else _big_text(mib))
 
 
 def _stop_mid_read(proc: subprocess.Popen, path: Path, timeout: float = 120) -> None:
@@ -69,7 +73,7 @@ def _stop_mid_read(proc: subprocess.Popen, path: Path, timeout: float = 120) -> 
 @pytest.mark.parametrize("name,change", [("in.txt", "append"), ("in.txt", "truncate"), ("in.txt.gz", "append")])
 def test_input_changed_while_its_task_reads_it_fails_the_task(tmp_path, sample_tokenizer, name, change):
     path = tmp_path / name
-    _write_big(path, 12)     # the task reads (and prefetches) 1 MiB blocks: stopped long before the end
+    _write_big(path, 5)      # the task reads (and prefetches) 1 MiB blocks: stopped long before the end
     out = tmp_path / "o"
     run_cli("plan", "--one-file-per-task", "-i", path, "-o", out, "-t", sample_tokenizer, "--backend", "hf")
     proc = subprocess.Popen([sys.executable, "-m", "shardprep", "run-task", str(out), "--task-id", "0", "--threads", "1"],
