@@ -99,8 +99,8 @@ SchedulerType=sched/backfill
 SchedulerParameters=sched_interval=1,bf_interval=1,sched_min_interval=100000
 MinJobAge=60
 KillWait=3
-# A requeued job waits cred_expire+1 s before it may start again (default 120 s); keep tests quick.
-AuthInfo=cred_expire=10
+# A requeued job waits cred_expire+1 s before it may start again (default 120 s; 5 s here): keep tests quick.
+AuthInfo=cred_expire=5
 InactiveLimit=0
 JobRequeue=1
 MaxArraySize=${max_array_size}
