@@ -35,7 +35,10 @@ log = logging.getLogger(__name__)
 
 
 # What the fork server imports before it forks a worker: first the guard that makes it die with this process.
-PRELOAD = ["shardprep.executor.forkserver_guard", "shardprep.executor.local_workers", "shardprep.job.task"]
+# ``tokenizers`` too (~40 ms a worker otherwise): imported, never used, so no worker inherits a used Rust
+# thread pool (rayon starts its pool at the first parallel encode, reading the thread count then).
+PRELOAD = ["shardprep.executor.forkserver_guard", "shardprep.executor.local_workers", "shardprep.job.task",
+           "tokenizers"]
 
 
 def pool_context() -> mp.context.BaseContext:
