@@ -25,7 +25,8 @@ from hypothesis import strategies as st
 from shardprep.demo_data import sample_documents
 from shardprep.errors import EXIT_INPUT, EXIT_PLAN_CONFLICT
 
-datasets = pytest.importorskip("datasets")
+# datasets is imported where a test uses it (its import costs every worker a second at collection)
+pytestmark = pytest.mark.requires("hf")
 
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
 
@@ -53,6 +54,8 @@ def non_empty(texts) -> list[str]:
 
 
 def make_saved(path: Path, texts: list, *, num_shards: int = 1, **extra) -> Path:
+    import datasets  # type: ignore[import-untyped]  # no stubs
+
     datasets.Dataset.from_dict({"text": texts, **extra}).save_to_disk(str(path), num_shards=num_shards)
     return path
 
@@ -159,6 +162,8 @@ def test_rerun_skips_complete_files_and_other_arguments_are_refused(tmp_path):
 
 
 def test_dataset_dict_split_selection(tmp_path):
+    import datasets  # type: ignore[import-untyped]  # no stubs
+
     dd = datasets.DatasetDict({"train": datasets.Dataset.from_dict({"text": ["a train doc", "another"]}),
                                "test": datasets.Dataset.from_dict({"text": ["a test doc"]})})
     dd.save_to_disk(str(tmp_path / "dd"))
