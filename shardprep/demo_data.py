@@ -87,6 +87,16 @@ def build_sample_tokenizer(path: str | Path, *, vocab_size: int = 2000, seed: in
     Offline and fast (well under a second); byte-level means any input, including CJK and emoji, encodes
     without unknown tokens.
     """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_writer(path) as f:            # as tok.save writes it, but never through a planted link
+        f.write(_trained_tokenizer(vocab_size, seed).encode("utf-8"))
+    return path
+
+
+@functools.lru_cache(maxsize=8)
+def _trained_tokenizer(vocab_size: int, seed: int) -> str:
+    # Kept per process: training takes a third of a second, and the result is the same for the same options.
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
@@ -95,8 +105,4 @@ def build_sample_tokenizer(path: str | Path, *, vocab_size: int = 2000, seed: in
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<|endoftext|>", "<|pad|>"],
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     tok.train_from_iterator(sample_documents(3000, seed=seed) + list(_MULTILINGUAL), trainer=trainer)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_writer(path) as f:            # as tok.save writes it, but never through a planted link
-        f.write(tok.to_str(pretty=True).encode("utf-8"))
-    return path
+    return str(tok.to_str(pretty=True))

@@ -84,22 +84,12 @@ SHARED_CORPUS = SHARED / "corpus"
 SHARED_TOKENIZERS = SHARED / "tokenizers"
 
 
-_SAMPLE_TOKENIZERS: dict[tuple[int, int], bytes] = {}
-
-
 def sample_tokenizer_at(path: Path, *, vocab_size: int = 2000, seed: int = 0) -> Path:
-    """``demo_data.build_sample_tokenizer(path)``'s file, trained once per process and option set (training
-    takes a second; tests that write one per job would train the same tokenizer again and again)."""
-    key = (vocab_size, seed)
-    if key not in _SAMPLE_TOKENIZERS:
-        from shardprep.demo_data import build_sample_tokenizer
+    """``demo_data.build_sample_tokenizer(path)``'s file (trained once per process and option set by
+    ``demo_data`` itself: tests that write one per job do not train it again)."""
+    from shardprep.demo_data import build_sample_tokenizer
 
-        built = build_sample_tokenizer(path, vocab_size=vocab_size, seed=seed)
-        _SAMPLE_TOKENIZERS[key] = built.read_bytes()
-        return built
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(_SAMPLE_TOKENIZERS[key])
-    return path
+    return build_sample_tokenizer(path, vocab_size=vocab_size, seed=seed)
 
 
 @pytest.fixture(scope="session")
