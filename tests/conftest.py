@@ -169,10 +169,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         elif (any(item.get_closest_marker(m) for m in LIVE_MARKERS)
               or set(getattr(item, "fixturenames", ())) & set(LIVE_FIXTURES)):
             item.add_marker("live")
-    # The process tiers' files first (a stable sort: the same order on every worker): pytest-xdist hands whole
-    # files to free workers in collection order, and a torchrun file of a minute collected last kept the other
-    # worker idle for that minute at the end of `make test`.
-    items.sort(key=lambda item: Path(str(item.path)).relative_to(TESTS).parts[0] not in TIERS)
+    # The process tiers' tests first, with the live ones of the area directories (object-store servers,
+    # Slurm: a file of them takes up to a minute), in a stable sort (the same order on every worker):
+    # pytest-xdist hands whole files to free workers in collection order, and a long file handed out last
+    # kept the other workers idle until it ended.
+    items.sort(key=lambda item: not any(item.get_closest_marker(tier) for tier in TIERS))
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
