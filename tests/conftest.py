@@ -169,11 +169,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         elif (any(item.get_closest_marker(m) for m in LIVE_MARKERS)
               or set(getattr(item, "fixturenames", ())) & set(LIVE_FIXTURES)):
             item.add_marker("live")
-    # The process tiers' tests first, with the live ones of the area directories (object-store servers,
-    # Slurm: a file of them takes up to a minute), in a stable sort (the same order on every worker):
-    # pytest-xdist hands whole files to free workers in collection order, and a long file handed out last
-    # kept the other workers idle until it ended.
-    items.sort(key=lambda item: not any(item.get_closest_marker(tier) for tier in TIERS))
+    # The process tiers' files first (torchrun's take minutes), then the live tests of the area directories
+    # (object-store servers, Slurm: up to a minute a file), then the rest, in a stable sort (the same order
+    # on every worker): pytest-xdist hands whole files to free workers in collection order, and a long file
+    # handed out last kept the other workers idle until it ended.
+    def rank(item: pytest.Item) -> int:
+        if Path(str(item.path)).relative_to(TESTS).parts[0] in TIERS:
+            return 0
+        return 1 if item.get_closest_marker("live") else 2
+
+    items.sort(key=rank)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

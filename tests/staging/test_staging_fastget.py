@@ -114,7 +114,8 @@ def test_virtual_hosted_urls_and_signing_scope_match_botocore_for_any_key(monkey
     for name, value in {**FAKE_CREDENTIALS, "AWS_SESSION_TOKEN": "token-for-the-test"}.items():
         monkeypatch.setenv(name, value)
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-    client = boto3.client("s3", region_name="eu-central-1")
+    # a session of its own: boto3's default one keeps the credentials it resolved for an earlier test
+    client = boto3.session.Session().client("s3", region_name="eu-central-1")
     sent = []
 
     class _Raw:
