@@ -20,7 +20,7 @@ test:
 # Everything but the two process tiers (tests/e2e, and live: Slurm, torchrun, object-store servers), on an
 # installed checkout; one area: python3 -m pytest tests/loader (docs/architecture.md, "Tests").
 test-fast:
-	env -u PYTHONDONTWRITEBYTECODE python3 -m pytest -q -n auto --dist loadfile -m "not e2e and not live"
+	env -u PYTHONDONTWRITEBYTECODE python3 -m pytest -q -n auto --dist loadfile --no-loadscope-reorder -m "not e2e and not live"
 
 bench: install
 	bash bench/run_all.sh

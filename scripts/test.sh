@@ -27,6 +27,7 @@ unset PYTHONDONTWRITEBYTECODE
 # pytest-xdist workers, each test file on one worker (module fixtures are built once): one per CPU, and one
 # more, because the process tiers wait (on Slurm's scheduler and a requeue's delay, torchrun's rendezvous,
 # the object-store servers) and left a CPU idle a tenth of the run; an extra worker fills it (measured on 2
-# CPUs: 585 s -> 485 s).  `make test-fast`, CPU-bound throughout, keeps one worker per CPU.
+# CPUs: 585 s -> 485 s).  `make test-fast`, CPU-bound throughout, keeps one worker per CPU.  Files are
+# handed out in the order tests/conftest.py sorts them (process tiers first), not by xdist's test count.
 WORKERS=$(( $("$PY" -c 'import os; print(len(os.sched_getaffinity(0)))') + 1 ))
-exec "$PY" -m pytest -q -n "$WORKERS" --dist loadfile "$@"
+exec "$PY" -m pytest -q -n "$WORKERS" --dist loadfile --no-loadscope-reorder "$@"

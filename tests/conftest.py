@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -170,13 +171,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
               or set(getattr(item, "fixturenames", ())) & set(LIVE_FIXTURES)):
             item.add_marker("live")
     # The process tiers' files first (torchrun's take minutes), then the live tests of the area directories
-    # (object-store servers, Slurm: up to a minute a file), then the rest, in a stable sort (the same order
-    # on every worker): pytest-xdist hands whole files to free workers in collection order, and a long file
-    # handed out last kept the other workers idle until it ended.
-    def rank(item: pytest.Item) -> int:
+    # (object-store servers, Slurm: up to a minute a file), then the rest, the files with the most tests
+    # first: pytest-xdist (`--no-loadscope-reorder`, as the Makefile and scripts/test.sh run it) hands whole
+    # files to free workers in this order, and a long file handed out last kept the other workers idle until
+    # it ended.  (xdist's own reorder, by test count alone, had put the two-test torchrun files last.)  A
+    # stable sort: the same order on every worker.
+    per_file = Counter(str(item.path) for item in items)
+
+    def rank(item: pytest.Item) -> tuple[int, int]:
         if Path(str(item.path)).relative_to(TESTS).parts[0] in TIERS:
-            return 0
-        return 1 if item.get_closest_marker("live") else 2
+            return 0, 0
+        return (1, 0) if item.get_closest_marker("live") else (2, -per_file[str(item.path)])
 
     items.sort(key=rank)
 
