@@ -11,6 +11,7 @@ front and count the requests and bytes the store really served.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import itertools
 import os
 import re
@@ -241,12 +242,18 @@ def gs_backend() -> Iterator[Backend]:
 def azurite_binary() -> Path:
     """Azurite's blob server, installed with npm into the repository's (ignored) cache on first use."""
     binary = AZURITE_DIR / "node_modules" / ".bin" / "azurite-blob"
-    if not binary.exists():
-        if shutil.which("npm") is None:
-            pytest.skip("npm is not installed: cannot install Azurite for the az:// tests (apt-get install npm)")
-        AZURITE_DIR.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["npm", "install", "--prefix", str(AZURITE_DIR), "--silent", "--no-audit", "--no-fund",
-                        f"azurite@{AZURITE_VERSION}"], check=True, timeout=600)
+    if binary.exists():
+        return binary
+    if shutil.which("npm") is None:
+        pytest.skip("npm is not installed: cannot install Azurite for the az:// tests (apt-get install npm)")
+    AZURITE_DIR.mkdir(parents=True, exist_ok=True)
+    # One install at a time: pytest-xdist workers that reach their first az:// test together would run two
+    # npm installs into the same directory, and both fail.
+    with open(AZURITE_DIR / ".install.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not binary.exists():
+            subprocess.run(["npm", "install", "--prefix", str(AZURITE_DIR), "--silent", "--no-audit", "--no-fund",
+                            f"azurite@{AZURITE_VERSION}"], check=True, timeout=600)
     return binary
 
 
