@@ -60,10 +60,10 @@ def chat_encoder(tok_json: str, template: ChatTemplate, chat: ChatOptions) -> Ch
     return ChatEncoder(tokenizer, template, chat.train_on, chat.train_thinking, tokenizer_json=tok_json)
 
 
-def chat_reference(tok_json: str, encoder: ChatEncoder, threads: int = 1) -> HFBackend:
-    """``hf`` as the chat encoder runs it (special tokens matched), sharing its already parsed tokenizer:
-    the reference a candidate's ids are compared with."""
-    return HFBackend(tok_json, allow_special_tokens=True, tokenizer=encoder.tokenizer, threads=threads)
+def chat_reference(tok_json: str, threads: int = 1) -> HFBackend:
+    """``hf`` as the chat encoder runs it (special tokens matched): the reference a candidate's ids are
+    compared with, on the encoder's own tokenizer (the process's shared one: ``chat_encoder``)."""
+    return HFBackend(tok_json, allow_special_tokens=True, threads=threads)
 
 
 def open_chat_backend(requested: str, tok_json: str, reference: HFBackend, placeable: bool) -> Opened:

@@ -232,7 +232,7 @@ def _write_chat_shard(ctx: _Context, stop: StopFlag, progress: ProgressFn | None
     opts = ctx.job.options
     assert opts.chat is not None
     encoder = chat_encoder(ctx.tok_json, frozen_template(ctx.output, opts.chat), opts.chat)
-    reference = chat_reference(ctx.tok_json, encoder, ctx.parallelism.threads)
+    reference = chat_reference(ctx.tok_json, ctx.parallelism.threads)
     opened = open_chat_backend(opts.backend, ctx.tok_json, reference, placeable=encoder.placeable)
     return _or_again_with_hf(lambda o: _write_chat(ctx, encoder, o, reference, stop, progress), opened,
                              lambda: reference)

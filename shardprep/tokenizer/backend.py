@@ -16,7 +16,7 @@ from __future__ import annotations
 import array
 import logging
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -59,26 +59,18 @@ class HFBackend:
     # encoded at ~0.6x the speed of calls of 128-512 (docs/benchmarks.md, "hf backend").
     call_chars = 128 << 10
 
-    def __init__(self, tokenizer_json: str, *, allow_special_tokens: bool = False, tokenizer: Any = None,
-                 threads: int = 1):
-        """``tokenizer``: the ``tokenizers.Tokenizer`` already parsed from ``tokenizer_json``, taken over
-        (its settings are changed); without one, the process's shared one (``tokenizer.parsed``).
-        ``threads``: how many threads tokenizers' pool has, so that each call gives every one of them
-        ``call_chars`` (the pool itself is sized once per process, before first use:
-        ``job.resources.set_tokenizer_threads``)."""
+    def __init__(self, tokenizer_json: str, *, allow_special_tokens: bool = False, threads: int = 1):
+        """The process's shared tokenizer of ``tokenizer_json`` (``tokenizer.parsed``: parsed once, with no
+        truncation, no padding, and special-token strings in the text matched only with
+        ``allow_special_tokens``: raw text must not inject control tokens).  ``threads``: how many threads
+        tokenizers' pool has, so that each call gives every one of them ``call_chars`` (the pool itself is
+        sized once per process, before first use: ``job.resources.set_tokenizer_threads``)."""
         import tokenizers
 
         from shardprep.tokenizer.parsed import shared_tokenizer
 
         self._version = tokenizers.__version__
-        if tokenizer is None:   # parsed once per process (tokenizer.parsed)
-            self.tok = shared_tokenizer(tokenizer_json, match_specials=allow_special_tokens)
-        else:
-            self.tok = tokenizer
-            self.tok.no_truncation()
-            self.tok.no_padding()
-            # Raw text must not inject control tokens: encode "<|endoftext|>" in text as plain text.
-            self.tok.encode_special_tokens = not allow_special_tokens
+        self.tok = shared_tokenizer(tokenizer_json, match_specials=allow_special_tokens)
         self._threads = max(1, threads)
 
     def encode_batch(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
