@@ -22,6 +22,7 @@ _WORDS = (
     "data shard token model training cluster node array task file stream batch epoch rank worker tensor "
     "lustre stripe bucket prefix object cache memory index format verify resume signal queue partition"
 ).split()
+_N_WORDS = len(_WORDS)
 _MULTILINGUAL = (
     "한국어 문장은 토크나이저에게 어려운 경우입니다.",
     "日本語のテキストも正しく処理されます。",
@@ -32,16 +33,27 @@ _MULTILINGUAL = (
 )
 
 
+def _below(rng: random.Random, n: int) -> int:
+    """``rng.randrange(n)``, drawn as ``random.Random`` draws it (rejection on ``n.bit_length()`` bits)
+    without its three Python calls per draw: the corpus, and so every pinned shard, stays the same."""
+    bits = n.bit_length()
+    draw = rng.getrandbits(bits)
+    while draw >= n:
+        draw = rng.getrandbits(bits)
+    return draw
+
+
 def _sentence(rng: random.Random) -> str:
-    words = [rng.choice(_WORDS) for _ in range(rng.randint(5, 25))]
+    count = 5 + _below(rng, 21)                                 # rng.randint(5, 25)
+    words = [_WORDS[_below(rng, _N_WORDS)] for _ in range(count)]   # rng.choice(_WORDS), count times
     words[0] = words[0].capitalize()
-    return " ".join(words) + rng.choice(".!?")
+    return " ".join(words) + ".!?"[_below(rng, 3)]
 
 
 def _document(rng: random.Random) -> str:
-    parts = [_sentence(rng) for _ in range(rng.randint(1, 6))]
+    parts = [_sentence(rng) for _ in range(1 + _below(rng, 6))]    # rng.randint(1, 6)
     if rng.random() < 0.15:
-        parts.insert(rng.randrange(len(parts) + 1), rng.choice(_MULTILINGUAL))
+        parts.insert(_below(rng, len(parts) + 1), _MULTILINGUAL[_below(rng, len(_MULTILINGUAL))])
     return " ".join(parts)
 
 
