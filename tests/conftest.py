@@ -59,7 +59,15 @@ FAST_EXAMPLES_DIVISOR = 4
 FAST_EXAMPLES_FLOOR = 10
 
 
+# Parsed tokenizers held per test process (tokenizer.parsed): the suite goes through the twelve shared
+# families and its own trained ones again and again, file after file; a product process keeps 4.
+PARSED_KEEP = 32
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    from shardprep.tokenizer import parsed
+
+    parsed.keep_per_cache(PARSED_KEEP)
     expression = str(config.getoption("markexpr", "") or "").replace("(", " ").replace(")", " ")
     words = expression.split()
     fast = all(any(words[i:i + 2] == ["not", tier] for i in range(len(words))) for tier in TIERS)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -101,12 +102,29 @@ def plan_inputs(output: Path):
     return list({it.input.path: it.input for task in plan_tasks(output) for it in task.items}.values())
 
 
-def reference_ids(tokenizer: Path, texts: list[str], eos: int | None) -> list[list[int]]:
-    """Each document tokenized independently with plain ``tokenizers`` (special strings as text)."""
+def reference_tokenizer(path: Path | str, *, specials_as_text: bool = True):
+    """The oracle: plain ``tokenizers``' own parse of ``path`` (not shardprep's), no padding or
+    truncation, special-token strings in text encoded as text (``specials_as_text``) or matched.  Kept per
+    test process by path, size and modification time (a parse of a 128k vocabulary costs ~0.2 s, and the
+    suite asks for the same shared families file after file): callers encode with it, never change it."""
+    stat = os.stat(path)
+    return _reference_tokenizer(str(path), stat.st_size, stat.st_mtime_ns, specials_as_text)
+
+
+@functools.lru_cache(maxsize=32)
+def _reference_tokenizer(path: str, size: int, mtime_ns: int, specials_as_text: bool):
     from tokenizers import Tokenizer
 
-    tok = Tokenizer.from_file(str(tokenizer))
-    tok.encode_special_tokens = True
+    tok = Tokenizer.from_file(path)
+    tok.no_padding()
+    tok.no_truncation()
+    tok.encode_special_tokens = specials_as_text
+    return tok
+
+
+def reference_ids(tokenizer: Path, texts: list[str], eos: int | None) -> list[list[int]]:
+    """Each document tokenized independently with plain ``tokenizers`` (special strings as text)."""
+    tok = reference_tokenizer(tokenizer)
     out = []
     for t in texts:
         ids = tok.encode(t, add_special_tokens=False).ids
@@ -115,7 +133,5 @@ def reference_ids(tokenizer: Path, texts: list[str], eos: int | None) -> list[li
 
 
 def eos_id(tokenizer: Path) -> int:
-    from tokenizers import Tokenizer
-
-    return Tokenizer.from_file(str(tokenizer)).token_to_id("<|endoftext|>")
+    return reference_tokenizer(tokenizer).token_to_id("<|endoftext|>")
 

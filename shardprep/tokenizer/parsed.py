@@ -16,6 +16,7 @@ kind, not all of them.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from pathlib import Path
@@ -25,14 +26,18 @@ T = TypeVar("T")
 
 KEEP = 4    # entries per cache: a job's tokenizer with and without special-token matching, and two more
 
+_CACHES: weakref.WeakSet[ParsedCache[Any]] = weakref.WeakSet()
+_keep = KEEP    # what a cache made without ``keep`` holds: keep_per_cache changes it
+
 
 class ParsedCache(Generic[T]):
     """A small least-recently-used map from a key (holding the tokenizer JSON) to what was built from it."""
 
-    def __init__(self, keep: int = KEEP):
-        self._keep = keep
+    def __init__(self, keep: int | None = None):
+        self._keep = _keep if keep is None else keep
         self._items: OrderedDict[Hashable, T] = OrderedDict()
         self._lock = threading.Lock()
+        _CACHES.add(self)
 
     def get(self, key: Hashable, build: Callable[[], T]) -> T:
         """The value kept for ``key``, else ``build()`` kept (built outside the lock: two threads asking for
@@ -51,6 +56,13 @@ class ParsedCache(Generic[T]):
 
     def __len__(self) -> int:
         return len(self._items)
+
+    def keep(self, keep: int) -> None:
+        """Hold at most ``keep`` entries from now on (the least recently used go first)."""
+        with self._lock:
+            self._keep = keep
+            while len(self._items) > keep:
+                self._items.popitem(last=False)
 
     def clear(self) -> None:
         with self._lock:
@@ -96,6 +108,19 @@ def tokenizer_file(path: Path) -> tuple[str, Any]:
 
     text = _FILES.get(raw, parse)
     return text, shared_tokenizer(text, match_specials=False, parsed=first[0] if first else None)
+
+
+def keep_per_cache(keep: int) -> None:
+    """Let every cache of parsed tokenizers in this process (these, the gigatoken loads, the vocabulary
+    facts, the chat placement tables) hold ``keep`` entries instead of ``KEEP``.  For a process that goes
+    through many tokenizers on purpose and has the memory for them (5-50 MB each): a test session over
+    the twelve shared families, a notebook comparing them.  Caches made later hold as many."""
+    global _keep
+    if keep < 1:
+        raise ValueError(f"keep must be at least 1, not {keep}")
+    _keep = keep
+    for cache in list(_CACHES):
+        cache.keep(keep)
 
 
 def clear() -> None:

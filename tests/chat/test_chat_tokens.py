@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 from chat_cases import TOKENIZERS
-from tokenizers import Tokenizer
+from helpers import reference_tokenizer
 
 from shardprep.chat.tokens import ByteLengths, byte_spans, mask_of, ranges_of, trained_token_ranges
 
@@ -48,7 +48,7 @@ def test_byte_lengths_place_tokens_as_offsets_do(name: str) -> None:
     path = TOKENIZERS / name / "tokenizer.json"
     if not path.is_file():
         pytest.skip(f"{path} missing")
-    tokenizer = Tokenizer.from_file(str(path))
+    tokenizer = reference_tokenizer(path, specials_as_text=False)
     table = ByteLengths.from_tokenizer_json(json.loads(path.read_text(encoding="utf-8")))
     assert table is not None
     text = "héllo 世界 🙂\n\n  <|endoftext|> x<think>é</think>\u200d👩‍👩‍👧 tail"

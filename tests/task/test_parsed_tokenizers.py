@@ -3,6 +3,8 @@ with the settings its key names, an edited file is read again, and only the last
 
 from __future__ import annotations
 
+import pytest
+
 from shardprep.tokenizer import parsed
 from shardprep.tokenizer.backend import HFBackend
 from shardprep.tokenizer.load import resolve_tokenizer
@@ -49,3 +51,21 @@ def test_only_the_last_few_are_kept():
     cache.get("c", build("c"))                      # "a" is the least recently used: dropped
     assert len(cache) == 2 and cache.get("b", build("b")) == 2
     assert cache.get("a", build("a")) == 4 and built == ["a", "b", "c", "a"]
+
+
+def test_keep_per_cache_resizes_the_caches_made_and_those_to_come():
+    made = parsed.ParsedCache()
+    for k in "abc":
+        made.get(k, lambda: 0)
+    assert len(made) == 3                   # this session keeps more than KEEP (conftest)
+    before = made._keep
+    try:
+        parsed.keep_per_cache(2)
+        later = parsed.ParsedCache()
+        for k in "abc":
+            later.get(k, lambda: 0)
+        assert len(made) == 2 and len(later) == 2
+        with pytest.raises(ValueError, match="at least 1"):
+            parsed.keep_per_cache(0)
+    finally:
+        parsed.keep_per_cache(before)

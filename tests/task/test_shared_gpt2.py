@@ -5,14 +5,11 @@ from __future__ import annotations
 import shutil
 
 import orjson
-from helpers import run_cli, shard_documents
+from helpers import reference_tokenizer, run_cli, shard_documents
 
 
 def _reference(tokenizer, texts):
-    from tokenizers import Tokenizer
-
-    tok = Tokenizer.from_file(str(tokenizer))
-    tok.encode_special_tokens = True
+    tok = reference_tokenizer(tokenizer)
     return [e.ids + [50256] for e in tok.encode_batch(texts, add_special_tokens=False)]
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import orjson
 import pytest
-from helpers import run_cli, shard_documents
+from helpers import reference_tokenizer, run_cli, shard_documents
 from test_tokenizer_specials import EXPECTED, shared_tokenizer
 
 pytestmark = pytest.mark.slow
@@ -45,12 +45,7 @@ def corpus(tmp_path_factory):
 
 def reference(tokenizer, eos: str) -> list[list[int]]:
     """Plain ``tokenizers``, one document at a time, no padding/truncation, specials in text as text."""
-    from tokenizers import Tokenizer
-
-    tok = Tokenizer.from_file(str(tokenizer))
-    tok.no_padding()
-    tok.no_truncation()
-    tok.encode_special_tokens = True
+    tok = reference_tokenizer(tokenizer)
     eos_id = tok.token_to_id(eos)
     assert eos_id is not None, eos
     return [tok.encode(t, add_special_tokens=False).ids + [eos_id] for t in DOCUMENTS]

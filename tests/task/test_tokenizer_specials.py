@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from conftest import SHARED_TOKENIZERS
+from helpers import reference_tokenizer
 
 from shardprep.errors import TokenizerError
 from shardprep.tokenizer.load import resolve_tokenizer
@@ -142,11 +143,9 @@ def shared_tokenizer(name: str) -> Path:
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_every_shared_tokenizer_resolves_its_own_specials(name):
-    from tokenizers import Tokenizer
-
     path = shared_tokenizer(name)
     r = resolve_tokenizer(str(path))
     assert (r.info.eos_token, r.info.bos_token, r.info.pad_token) == EXPECTED[name]
-    ref = Tokenizer.from_file(str(path))
+    ref = reference_tokenizer(path)
     for kind, token in zip(("eos", "bos", "pad"), EXPECTED[name]):
         assert getattr(r.info, f"{kind}_id") == (None if token is None else ref.token_to_id(token))
