@@ -10,7 +10,7 @@ import shutil
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -124,17 +124,31 @@ SMALL_FS_BYTES = 2 << 20
 
 
 @pytest.fixture
-def small_fs(tmp_path) -> Iterator[Path]:
-    """A 2 MiB tmpfs (root only; skipped elsewhere): a disk that fills up for real."""
-    d = tmp_path / "small"
-    d.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs needs root")
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={SMALL_FS_BYTES}", "tmpfs", str(d)], capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
-    yield d
-    subprocess.run(["umount", "-l", str(d)], check=False)
+def mount_tmpfs(tmp_path) -> Iterator[Callable[[int], Path]]:
+    """Mount a tmpfs of the given size under this test's directory (root only; skipped elsewhere): a disk
+    that fills up for real.  Unmounted after the test."""
+    mounted: list[Path] = []
+
+    def mount(size: int) -> Path:
+        d = tmp_path / f"small-{len(mounted)}"
+        d.mkdir()
+        if os.geteuid() != 0:
+            pytest.skip("mounting a small tmpfs needs root")
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(d)], capture_output=True, text=True)
+        if r.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+        mounted.append(d)
+        return d
+
+    yield mount
+    for d in mounted:
+        subprocess.run(["umount", "-l", str(d)], check=False)
+
+
+@pytest.fixture
+def small_fs(mount_tmpfs) -> Path:
+    """A 2 MiB tmpfs (root only; skipped elsewhere)."""
+    return mount_tmpfs(SMALL_FS_BYTES)
 
 
 # Slurm's query tools as they answer where no slurmctld runs, at once (the real ones wait out a 10 s

@@ -12,7 +12,10 @@ A package's ``__init__.py`` belongs to its row.
 from __future__ import annotations
 
 import ast
+import functools
 import re
+from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from pathlib import Path, PurePosixPath
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,6 +34,16 @@ _CODE = re.compile(r"`([^`]+)`")
 
 def _library_modules() -> list[PurePosixPath]:
     return sorted(PurePosixPath(p.relative_to(PACKAGE).as_posix()) for p in PACKAGE.rglob("*.py"))
+
+
+@functools.lru_cache(maxsize=None)
+def _syntax(module: PurePosixPath) -> ast.Module:
+    """A library module's syntax tree, parsed once for all the checks below (read, never changed)."""
+    return ast.parse((PACKAGE / module).read_text(encoding="utf-8"))
+
+
+def _tree(source: str | ast.Module) -> ast.Module:
+    return source if isinstance(source, ast.Module) else ast.parse(source)
 
 
 def _table_rows(text: str) -> list[tuple[str, str]]:
@@ -101,7 +114,7 @@ def test_no_library_module_is_over_400_lines_but_the_reasoned_few():
     assert len(sizes) > 50 and max(sizes.values()) > 300     # the walk did see the library
 
 
-def long_functions(source: str, limit: int = MAX_FUNCTION_LINES) -> list[tuple[str, int]]:
+def long_functions(source: str | ast.Module, limit: int = MAX_FUNCTION_LINES) -> list[tuple[str, int]]:
     """(qualified name, lines from its first decorator to its last line) of every function over ``limit``."""
     found: list[tuple[str, int]] = []
 
@@ -118,7 +131,7 @@ def long_functions(source: str, limit: int = MAX_FUNCTION_LINES) -> list[tuple[s
             else:
                 visit(child, prefix)
 
-    visit(ast.parse(source), "")
+    visit(_tree(source), "")
     return found
 
 
@@ -132,7 +145,7 @@ def test_long_functions_counts_decorators_and_nested_functions():
 
 def test_no_library_function_is_over_60_lines():
     long = {(str(m), name): lines for m in _library_modules()
-            for name, lines in long_functions((PACKAGE / m).read_text(encoding="utf-8"))}
+            for name, lines in long_functions(_syntax(m))}
     found = {k: n for k, n in long.items() if k not in FUNCTION_ALLOWED}
     assert not found, f"functions over {MAX_FUNCTION_LINES} lines (split them into named steps): {found}"
     stale = [k for k in FUNCTION_ALLOWED if k not in long]
@@ -151,10 +164,10 @@ FORBIDDEN_IMPORTS = {
 }
 
 
-def imported_packages(source: str) -> set[str]:
+def imported_packages(source: str | ast.Module) -> set[str]:
     """The ``shardprep`` subpackages (first component after ``shardprep.``) a module's imports name."""
     found: set[str] = set()
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(_tree(source)):
         names: list[str] = []
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
@@ -178,7 +191,7 @@ def test_lower_layers_never_import_upper_ones():
     for m in _library_modules():
         package = m.parts[0] if len(m.parts) > 1 else None
         forbidden = FORBIDDEN_IMPORTS.get(package or "", ())
-        used = imported_packages((PACKAGE / m).read_text(encoding="utf-8"))
+        used = imported_packages(_syntax(m))
         back += [f"{m} imports shardprep.{p}" for p in sorted(used) if p in forbidden]
     assert not back, "imports that run back up the layers (docs/architecture.md, 'Layers'):\n" + "\n".join(back)
 
@@ -233,7 +246,8 @@ def _module_name(path: PurePosixPath) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def import_graph() -> dict[str, set[str]]:
+@functools.lru_cache(maxsize=1)
+def import_graph() -> dict[str, frozenset[str]]:
     """Module -> the shardprep modules its import statements name (all of them: lazy and TYPE_CHECKING
     included); ``from pkg import name`` names the module ``pkg.name`` when there is one, else ``pkg``."""
     modules = {_module_name(m): m for m in _library_modules()}
@@ -260,15 +274,14 @@ def import_graph() -> dict[str, set[str]]:
         subs = [f"{source}.{a.name}".lstrip(".") for a in node.names]
         return [sub if sub in modules else known(source) for sub in subs]
 
-    graph: dict[str, set[str]] = {}
+    graph: dict[str, frozenset[str]] = {}
     for name, path in modules.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        tree = ast.parse((PACKAGE / path).read_text(encoding="utf-8"))
-        graph[name] = {m for node in ast.walk(tree) for m in named(node, package) if m and m != name}
+        graph[name] = frozenset(m for node in ast.walk(_syntax(path)) for m in named(node, package) if m and m != name)
     return graph
 
 
-def import_cycles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
+def import_cycles(graph: Mapping[str, AbstractSet[str]]) -> list[frozenset[str]]:
     """The strongly connected components of more than one module (Tarjan, iterative)."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
