@@ -40,17 +40,17 @@ def run_demo_job(root: Path, threads: int = 1, **options: Any) -> Path:
     corpus = _demo_corpus(root / "corpus")
     (corpus / "bad.jsonl").write_text(BAD_LINES, encoding="utf-8")
     tok = sample_tokenizer_at(root / "tok" / "tokenizer.json")
-    return run_job(root, [corpus], tok, TokenizeOptions(**{"chunk_tokens": 2048, **options}), 24 << 10, threads)
+    return run_job(root, [corpus], tok, TokenizeOptions(**{"chunk_tokens": 2048, **options}), 12 << 10, threads)
 
 
 _DEMO_CORPUS: dict[str, bytes] = {}
 
 
 def _demo_corpus(directory: Path) -> Path:
-    """``write_sample_corpus``'s files (6 x 300 documents), generated once per process and written again
-    (generating the documents takes a second each time; the files are the same for the same seed)."""
+    """``write_sample_corpus``'s files (6 x 150 documents, ~20 KB each: a 12 KiB task splits them), generated
+    once per process and written again (the files are the same for the same seed)."""
     if not _DEMO_CORPUS:
-        write_sample_corpus(directory, files=6, docs_per_file=300, seed=3)
+        write_sample_corpus(directory, files=6, docs_per_file=150, seed=3)
         _DEMO_CORPUS.update({f.name: f.read_bytes() for f in sorted(directory.iterdir())})
         return directory
     directory.mkdir(parents=True, exist_ok=True)
