@@ -23,8 +23,17 @@ What a task trusts, and why that loses no safety:
 
 from __future__ import annotations
 
+from typing import Any
+
 from shardprep.shard.provenance import Mismatch, PlanCheck
-from shardprep.tokenizer.verify_backend import _Encoder, byte_alphabet_outliers, compare_ids, hard_cases
+from shardprep.tokenizer.parsed import ParsedCache
+from shardprep.tokenizer.verify_backend import _Encoder, byte_alphabet_outliers, compare_with_expected, hard_cases
+
+# The hard cases of a tokenizer and the reference's ids of them, by (tokenizer JSON, special-token strings
+# matched, the reference's name and version).  The reference is deterministic, so a process that plans the
+# same tokenizer again (``plan`` then ``submit`` from Python, a notebook planning several jobs) encodes
+# them once: ~20 ms of very long words a plan.  The candidate is encoded every time (it is what is checked).
+_EXPECTED: ParsedCache[tuple[list[tuple[str, str]], bool, Any]] = ParsedCache()
 
 
 def _label(backend: _Encoder | None, name: str) -> str:
@@ -47,18 +56,23 @@ def check_at_plan(tokenizer_json: str, *, backend: str, allow_special_tokens: bo
     if backend == "hf" or (backend != "auto" and backend not in BACKENDS):
         return None
     name = AUTO_CANDIDATES[0] if backend == "auto" else backend
-    reference = reference or BACKENDS["hf"](tokenizer_json, allow_special_tokens)
-    fixed = hard_cases(tokenizer_json)
+    ref = reference or BACKENDS["hf"](tokenizer_json, allow_special_tokens)
+
+    def expected() -> tuple[list[tuple[str, str]], bool, Any]:
+        fixed = hard_cases(tokenizer_json)
+        return fixed, bool(byte_alphabet_outliers(tokenizer_json)), ref.encode_batch([t for _, t in fixed])
+
+    fixed, load_dependent, ids = _EXPECTED.get((tokenizer_json, allow_special_tokens, _label(ref, "hf")), expected)
     candidate: _Encoder | None = None
     try:
         candidate = BACKENDS[name](tokenizer_json, allow_special_tokens)
     except Exception as e:  # not installed, or cannot represent this tokenizer
         difference: tuple[str, Mismatch | None] | None = (f"{name} did not load at plan time: {e}", None)
     else:
-        difference = compare_ids(candidate, reference, fixed)
+        difference = compare_with_expected(candidate, fixed, ids)
     reason, mismatch = difference if difference is not None else (None, None)
-    return PlanCheck(_label(candidate, name), _label(reference, "hf"), fingerprint, allow_special_tokens,
-                     bool(byte_alphabet_outliers(tokenizer_json)), len(fixed), difference is None, reason, mismatch)
+    return PlanCheck(_label(candidate, name), _label(ref, "hf"), fingerprint, allow_special_tokens,
+                     load_dependent, len(fixed), difference is None, reason, mismatch)
 
 
 def usable_plan_check(record: PlanCheck | None, candidate: _Encoder, reference: _Encoder, *,

@@ -240,8 +240,14 @@ def _mismatch(cases: list[tuple[str, str]], expected_docs: list[np.ndarray],
 
 def compare_ids(candidate: _Encoder, reference: _Encoder, cases: list[tuple[str, str]]) -> Difference | None:
     """Encode ``cases`` with both; None when identical, else the first difference."""
+    return compare_with_expected(candidate, cases, reference.encode_batch([t for _, t in cases]))
+
+
+def compare_with_expected(candidate: _Encoder, cases: list[tuple[str, str]],
+                          expected: tuple[np.ndarray, np.ndarray]) -> Difference | None:
+    """``compare_ids`` where the reference's ``(flat ids, lengths)`` of ``cases`` are already known."""
+    ref_flat, ref_len = expected
     texts = [t for _, t in cases]
-    ref_flat, ref_len = reference.encode_batch(texts)
     try:
         got_flat, got_len = candidate.encode_batch(texts)
     except Exception as e:

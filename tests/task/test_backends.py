@@ -211,6 +211,27 @@ def test_check_uses_task_documents_and_reports_first_difference(tmp_path):
     assert sample_of(["a" * 10] * 100, max_docs=10, max_chars=35) == [0, 10, 20]
 
 
+def test_the_plan_check_encodes_the_reference_once_per_tokenizer_and_the_candidate_each_time(
+        sample_tokenizer, monkeypatch):
+    from shardprep.tokenizer.backend import HFBackend
+    from shardprep.tokenizer.gigatoken_backend import GigatokenBackend
+    from shardprep.tokenizer.plan_check import check_at_plan
+
+    calls: list[str] = []
+    for cls in (HFBackend, GigatokenBackend):
+        def counted(self, texts, _encode=cls.encode_batch, _name=cls.name):
+            calls.append(_name)
+            return _encode(self, texts)
+        monkeypatch.setattr(cls, "encode_batch", counted)
+    tok_json = sample_tokenizer.read_text(encoding="utf-8") + " " * 11    # a key no other test planned
+    first, second = (check_at_plan(tok_json, backend="auto", allow_special_tokens=False, fingerprint="f")
+                     for _ in range(2))
+    assert first == second and first is not None and first.passed and first.hard_cases > 10
+    assert calls == ["hf", "gigatoken", "gigatoken"]
+    special = check_at_plan(tok_json, backend="auto", allow_special_tokens=True, fingerprint="f")
+    assert special is not None and special.allow_special_tokens and calls[3:] == ["hf", "gigatoken"]
+
+
 @pytest.mark.parametrize("allow", [False, True])
 def test_special_token_strings_under_both_backends(gpt2_tokenizer, allow):
     from shardprep.tokenizer.backend import HFBackend
