@@ -25,6 +25,7 @@ def test_the_demo_runs_several_tasks_into_several_shards_of_several_samples(tmp_
     index = json.loads((tmp_path / "demo" / "shards" / "index.json").read_text())
     assert index["totals"]["shards"] == 3 and index["totals"]["samples"] > 3
     assert "demo: 3 task(s), one per input file" in proc.stdout and "a sample: whole documents" in proc.stdout
+    assert "; verified" in proc.stdout
     again = run_cli("demo", "--workdir", tmp_path / "demo", "--files", "3", "--docs-per-file", "600")
     assert "--overwrite" not in again.stderr       # the same plan again: nothing redone, nothing removed
 
@@ -42,9 +43,12 @@ def _tick_labels(html: str) -> dict[str, dict[str, list[str]]]:
 
 
 @pytest.mark.requires("report")
-def test_the_report_of_a_one_task_job_has_whole_number_axes(tmp_path):
-    run_cli("demo", "--workdir", tmp_path / "demo", "--files", "1", "--docs-per-file", "50")
-    ticks = _tick_labels((tmp_path / "demo" / "shards" / "report.html").read_text())
+def test_the_demo_ends_by_writing_the_report_and_a_one_task_jobs_axes_are_whole_numbers(tmp_path):
+    proc = run_cli("demo", "--workdir", tmp_path / "demo", "--files", "1", "--docs-per-file", "50")
+    page = tmp_path / "demo" / "shards" / "report.html"
+    assert proc.stdout.strip().splitlines()[-1].startswith(f"report: {page} ") and page.is_file()
+    assert (tmp_path / "demo" / "shards" / "report-doc-lengths.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    ticks = _tick_labels(page.read_text())
     assert ticks["Tokens per shard"]["matplotlib.axis_1"] == ["1"]          # was 0.30 ... 1.65
     assert ticks["Tasks: throughput and duration"]["matplotlib.axis_3"] == ["0"]   # was -0.4 ... 0.4
     assert ticks["Task timeline"]["matplotlib.axis_2"] == ["0"]             # was -0.045 ... 0.045

@@ -202,8 +202,3 @@ def test_help_lists_every_option_with_defaults():
     assert "(default: text)" in submit and "(default: pack)" in submit
 
 
-@pytest.mark.slow
-def test_demo_command_runs_end_to_end(tmp_path):
-    proc = run_cli("demo", "--workdir", tmp_path / "demo", "--files", "3", "--docs-per-file", "50")
-    assert "verified" in proc.stdout
-    assert (tmp_path / "demo" / "shards" / "index.json").is_file()

@@ -211,15 +211,6 @@ def test_missing_matplotlib_is_a_clear_error_and_json_still_works(tmp_path, job,
     assert proc.returncode == 0 and orjson.loads(proc.stdout)["totals"]["shards"] == 4
 
 
-@pytest.mark.requires("report")
-def test_demo_ends_by_writing_the_report(tmp_path):
-    proc = run_cli("demo", "--workdir", tmp_path / "demo", "--files", "2", "--docs-per-file", "30")
-    last = proc.stdout.strip().splitlines()[-1]
-    page = tmp_path / "demo" / "shards" / "report.html"
-    assert last.startswith(f"report: {page} ") and page.is_file()
-    assert (tmp_path / "demo" / "shards" / "report-doc-lengths.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-
-
 def test_task_log_attempts_failures_and_runs_in_progress():
     from shardprep.job.logs import parse_task_log
 
