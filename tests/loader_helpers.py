@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import subprocess
 import sys
 import tarfile
@@ -160,6 +161,23 @@ def run_torchrun(script: Path, nproc: int, *args: object, timeout: float = 150, 
 def torchrun_summary(proc) -> dict:
     """The JSON summary rank 0 of examples/train_ddp.py prints last."""
     return json.loads([line for line in proc.stdout.splitlines() if line.startswith("{")][-1])
+
+
+# The examples' progress line (examples/steplog.py): rank 0 prints it after step 1 and every --log-every steps.
+STEP_LINE = re.compile(r"^step (\d+) \(epoch (\d+)\): ([\d,]+) tokens/s, loss (\d+\.\d+)$")
+
+
+def step_lines(stdout: str) -> list[tuple[int, int, int, float]]:
+    """(step, epoch, tokens/s, loss) of every progress line an example printed."""
+    found = [STEP_LINE.match(line) for line in stdout.splitlines()]
+    return [(int(m[1]), int(m[2]), int(m[3].replace(",", "")), float(m[4])) for m in found if m]
+
+
+def check_step_lines(stdout: str, expected_steps: list[int]) -> None:
+    """The progress lines name exactly ``expected_steps``, each once (rank 0 only), with a rate and a loss."""
+    lines = step_lines(stdout)
+    assert [s for s, *_ in lines] == expected_steps, stdout
+    assert all(rate > 0 and loss > 0 for _, _, rate, loss in lines), lines
 
 
 def records(record: Path, world: int) -> list[list[dict]]:

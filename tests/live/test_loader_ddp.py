@@ -11,7 +11,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from loader_helpers import equal_steps, make_dataset, records, run_torchrun, torchrun_summary
+from loader_helpers import check_step_lines, equal_steps, make_dataset, records, run_torchrun, torchrun_summary
 
 pytestmark = [pytest.mark.ddp, pytest.mark.slow]
 
@@ -56,9 +56,12 @@ def test_uneven_two_ranks_two_epochs_then_resume_bit_identical_and_on_three_rank
     # B: stop after k steps (2 workers per rank), save, new processes resume: identical batches to A
     k = 7
     ckpt = tmp_path / "ckpt.pt"
-    b1 = torchrun(2, uneven, tmp_path / "b", "--epochs", "2", "--num-workers", "2", "--max-steps", str(k),
-                  "--checkpoint", str(ckpt))
+    b1_proc = run_torchrun(EXAMPLE, 2, "--data", uneven, "--seq-len", SEQ, "--batch-size", BATCH, "--record",
+                           tmp_path / "b", "--epochs", "2", "--num-workers", "2", "--max-steps", k,
+                           "--checkpoint", ckpt, "--log-every", 3)
+    b1 = torchrun_summary(b1_proc)
     assert b1["stopped"] and equal_steps(b1) == {"0": k}
+    check_step_lines(b1_proc.stdout, [1, 3, 6])      # the progress line: after step 1 and every 3rd, rank 0 only
     torchrun(2, uneven, tmp_path / "b", "--epochs", "2", "--num-workers", "2", "--resume", str(ckpt))
     rec_b = records(tmp_path / "b", 2)
     for ra, rb in zip(rec_a, rec_b):

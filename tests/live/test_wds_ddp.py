@@ -19,7 +19,7 @@ from pathlib import Path
 import orjson
 import pytest
 from helpers import shard_documents
-from loader_helpers import make_dataset
+from loader_helpers import check_step_lines, make_dataset
 
 pytestmark = [pytest.mark.ddp, pytest.mark.slow]
 pytest.importorskip("webdataset")
@@ -39,13 +39,15 @@ def test_stock_pipeline_two_ranks_two_workers_reads_every_document_once_per_epoc
     record = tmp_path / "record"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={RANKS}", str(EXAMPLE),
            "--data", str(data), "--seq-len", str(SEQ), "--batch-size", str(BATCH), "--num-workers", str(WORKERS),
-           "--epochs", str(EPOCHS), "--shardshuffle", "5", "--record", str(record)]
+           "--epochs", str(EPOCHS), "--shardshuffle", "5", "--record", str(record), "--log-every", "4"]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
     except subprocess.TimeoutExpired as e:
         pytest.fail(f"torchrun did not finish in time (a rank hung?)\n{e.stderr}")
     assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr[-4000:]}"
     summary = json.loads([line for line in proc.stdout.splitlines() if line.startswith("{")][-1])
+    trained = sum(summary["ranks"][0]["steps"].values())       # steps count on across the epochs
+    check_step_lines(proc.stdout, [1] + list(range(4, trained + 1, 4)))   # the progress line, rank 0 only
     decoded = {(r, w): _lines(record / f"decoded-rank{r}-worker{w}.jsonl") for r in range(RANKS) for w in range(WORKERS)}
     batches = {r: _lines(record / f"batches-rank{r}.jsonl") for r in range(RANKS)}
 
