@@ -68,6 +68,7 @@ def pytest_configure(config: pytest.Config) -> None:
     from shardprep.tokenizer import parsed
 
     parsed.keep_per_cache(PARSED_KEEP)
+    _collect_once_at_exit(config)
     expression = str(config.getoption("markexpr", "") or "").replace("(", " ").replace(")", " ")
     words = expression.split()
     fast = all(any(words[i:i + 2] == ["not", tier] for i in range(len(words))) for tier in TIERS)
@@ -78,6 +79,17 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     hypothesis_settings.register_profile("shardprep", deadline=None, max_examples=examples(100))
     hypothesis_settings.load_profile("shardprep")
+
+
+def _collect_once_at_exit(config: pytest.Config) -> None:
+    """pytest runs five full garbage collections as a session ends, to surface unraisable exceptions from
+    finalizers (~0.25 s each in a worker that loaded torch during the tests): one does that here.  The
+    count is a stash item pytest keeps for exactly this; an older or newer pytest without it keeps five."""
+    try:
+        from _pytest.unraisableexception import gc_collect_iterations_key
+    except ImportError:     # pragma: no cover - another pytest
+        return
+    config.stash[gc_collect_iterations_key] = 1
 
 
 def examples(full: int) -> int:
