@@ -37,11 +37,12 @@ log = logging.getLogger(__name__)
 # What the fork server imports before it forks a worker: first the guard that makes it die with this process.
 # ``tokenizers`` too (~40 ms a worker otherwise): imported, never used, so no worker inherits a used Rust
 # thread pool (rayon starts its pool at the first parallel encode, reading the thread count then).  And
-# the modules every text task imports next (~7 ms a worker).  Not gigatoken nor our module over it: both
+# the modules every text task imports next (~7 ms a worker), and a chat task's encoder with jinja2 (~60 ms
+# once per fork server; ~90 ms in every chat worker otherwise).  Not gigatoken nor our module over it: both
 # register a fork hook that marks a child as forked, and a forked gigatoken encodes on one thread.
 PRELOAD = ["shardprep.executor.forkserver_guard", "shardprep.executor.local_workers", "shardprep.job.task",
            "tokenizers", "shardprep.storage.mounts", "shardprep.tokenizer.plan_check",
-           "shardprep.tokenizer.verify_backend"]
+           "shardprep.tokenizer.verify_backend", "shardprep.job.chat_encode"]
 
 
 def pool_context() -> mp.context.BaseContext:
