@@ -76,12 +76,12 @@ def test_parquet_arrow_and_a_saved_dataset_by_row(tmp_path, tok):
 def _texts(d: Path) -> list[Path]:
     import zstandard
 
-    docs = sample_documents(600, seed=7)
+    docs = sample_documents(300, seed=7)
     d.mkdir()
-    paragraphs = "".join(f"{x}\n{x[:20]}\n\n" + ("   \n" if i % 5 == 0 else "") for i, x in enumerate(docs[:300]))
+    paragraphs = "".join(f"{x}\n{x[:20]}\n\n" + ("   \n" if i % 5 == 0 else "") for i, x in enumerate(docs[:150]))
     (d / "p.txt.zst").write_bytes(zstandard.ZstdCompressor().compress(paragraphs.encode()))
     (d / "crlf.txt").write_bytes("".join(x + ("\r\n" if i % 4 else "\r\n  \r\n") for i, x in enumerate(docs)).encode())
-    bom = "\ufeff" + "".join('{"text": "%s"}\n' % x.replace('"', "'") for x in docs[:200]) + BAD_LINES
+    bom = "\ufeff" + "".join('{"text": "%s"}\n' % x.replace('"', "'") for x in docs[:100]) + BAD_LINES
     (d / "bom.jsonl").write_text(bom, encoding="utf-8")
     (d / "z.jsonl.gz").write_bytes(gzip.compress(bom[1:].encode()))
     return [d]
@@ -90,7 +90,7 @@ def _texts(d: Path) -> list[Path]:
 @pytest.mark.parametrize("mode", ["line", "paragraph"])
 def test_txt_modes_zstd_crlf_bom_and_bad_lines(tmp_path, tok, mode):
     opts = TokenizeOptions(chunk_tokens=4096, txt_mode=mode, add_bos=True, bos_token="<|pad|>")
-    out = run_job(tmp_path, _texts(tmp_path / "in"), tok, opts, 30 << 10, 1)
+    out = run_job(tmp_path, _texts(tmp_path / "in"), tok, opts, 15 << 10, 1)
     assert check_every_document(out) > 300
     lines_match(out)
 
