@@ -29,9 +29,14 @@ def single(tmp_path_factory, sample_tokenizer) -> Path:
     return make_dataset(tmp_path_factory.mktemp("ddp-single"), sample_tokenizer, [40], seed=7)
 
 
-def torchrun(nproc: int, data: Path, record: Path, *args: str, timeout: float = 150) -> dict:
-    return torchrun_summary(run_torchrun(EXAMPLE, nproc, "--data", data, "--seq-len", SEQ, "--batch-size", BATCH,
-                                         "--record", record, *args, timeout=timeout))
+def launch(nproc: int, data: Path, record: Path, *args: object, timeout: float = 150):
+    """examples/train_ddp.py under torchrun on ``data``; the finished process (its output)."""
+    return run_torchrun(EXAMPLE, nproc, "--data", data, "--seq-len", SEQ, "--batch-size", BATCH, "--record", record,
+                        *args, timeout=timeout)
+
+
+def torchrun(nproc: int, data: Path, record: Path, *args: object, timeout: float = 150) -> dict:
+    return torchrun_summary(launch(nproc, data, record, *args, timeout=timeout))
 
 
 def totals(data: Path) -> dict:
@@ -56,9 +61,8 @@ def test_uneven_two_ranks_two_epochs_then_resume_bit_identical_and_on_three_rank
     # B: stop after k steps (2 workers per rank), save, new processes resume: identical batches to A
     k = 7
     ckpt = tmp_path / "ckpt.pt"
-    b1_proc = run_torchrun(EXAMPLE, 2, "--data", uneven, "--seq-len", SEQ, "--batch-size", BATCH, "--record",
-                           tmp_path / "b", "--epochs", "2", "--num-workers", "2", "--max-steps", k,
-                           "--checkpoint", ckpt, "--log-every", 3)
+    b1_proc = launch(2, uneven, tmp_path / "b", "--epochs", "2", "--num-workers", "2", "--max-steps", str(k),
+                     "--checkpoint", str(ckpt), "--log-every", "3")
     b1 = torchrun_summary(b1_proc)
     assert b1["stopped"] and equal_steps(b1) == {"0": k}
     check_step_lines(b1_proc.stdout, [1, 3, 6])      # the progress line: after step 1 and every 3rd, rank 0 only

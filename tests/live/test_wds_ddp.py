@@ -11,15 +11,13 @@ stops all ranks when one runs out), and the batches left over are reported, whic
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import orjson
 import pytest
 from helpers import shard_documents
-from loader_helpers import check_step_lines, make_dataset
+from loader_helpers import check_step_lines, make_dataset, run_torchrun, torchrun_summary
 
 pytestmark = [pytest.mark.ddp, pytest.mark.slow]
 pytest.importorskip("webdataset")
@@ -37,15 +35,10 @@ def test_stock_pipeline_two_ranks_two_workers_reads_every_document_once_per_epoc
     index = orjson.loads((data / "index.json").read_bytes())
     doc_lengths = [len(d) for d in shard_documents(data)]
     record = tmp_path / "record"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={RANKS}", str(EXAMPLE),
-           "--data", str(data), "--seq-len", str(SEQ), "--batch-size", str(BATCH), "--num-workers", str(WORKERS),
-           "--epochs", str(EPOCHS), "--shardshuffle", "5", "--record", str(record), "--log-every", "4"]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
-    except subprocess.TimeoutExpired as e:
-        pytest.fail(f"torchrun did not finish in time (a rank hung?)\n{e.stderr}")
-    assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr[-4000:]}"
-    summary = json.loads([line for line in proc.stdout.splitlines() if line.startswith("{")][-1])
+    proc = run_torchrun(EXAMPLE, RANKS, "--data", data, "--seq-len", SEQ, "--batch-size", BATCH, "--num-workers",
+                        WORKERS, "--epochs", EPOCHS, "--shardshuffle", 5, "--record", record, "--log-every", 4,
+                        timeout=240)
+    summary = torchrun_summary(proc)
     trained = sum(summary["ranks"][0]["steps"].values())       # steps count on across the epochs
     check_step_lines(proc.stdout, [1] + list(range(4, trained + 1, 4)))   # the progress line, rank 0 only
     decoded = {(r, w): _lines(record / f"decoded-rank{r}-worker{w}.jsonl") for r in range(RANKS) for w in range(WORKERS)}
